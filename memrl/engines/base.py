@@ -1,0 +1,72 @@
+"""The one interface every inference engine implements: token ids in, token ids + logprobs out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SamplingConfig:
+    """How to sample one response."""
+
+    max_tokens: int = 256
+    """Most new tokens to generate."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]; 1 keeps the whole distribution."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Generation ends after any of these tokens (the token is kept in the output)."""
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingConfig.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class GenerationOutput:
+    """One sampled response."""
+
+    token_ids: list[int]
+    """New token ids, stop token included when generation stopped on one."""
+    logprobs: list[float]
+    """Logprob of each new token under the (temperature-free) model distribution."""
+    finish_reason: str
+    """"stop" (a stop token) or "length" (max_tokens reached)."""
+    weight_version: int
+    """Version of the weights that produced this response."""
+
+
+class InferenceEngine(ABC):
+    """A generator over token ids whose weights the learner can replace in place."""
+
+    weight_version: int = 0
+    """Version of the weights currently loaded (0 = initial checkpoint)."""
+
+    @abstractmethod
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+        """Sample one response per prompt, batched as the engine sees fit."""
+
+    @abstractmethod
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        """Logprob of each continuation token given the prompt and the tokens before it."""
+
+    @abstractmethod
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Replace weights in place from (HF parameter name, tensor) pairs and set the version."""
+
+    @abstractmethod
+    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the weight-sync process group whose rank 0 is the learner."""
+
+    @abstractmethod
+    def receive_weights(self, metas: list[tuple[str, tuple[int, ...], str]], version: int, bucket_bytes: int) -> None:
+        """Receive a broadcast of (name, shape, dtype) tensors from rank 0 and load them in place."""

@@ -1,0 +1,66 @@
+import multiprocessing as mp
+import socket
+
+import pytest
+import torch
+
+from memrl.weight_sync import broadcast_recv, broadcast_send, init_group, metas_of, plan_buckets
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "a.weight": torch.randn(7, 5, generator=g),
+        "b.bias": torch.randn(3, generator=g),
+        "c.weight": torch.randn(11, 4, generator=g),
+        "d.int": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+    }
+
+
+def _receiver(port: int, metas, bucket_bytes: int, queue) -> None:
+    pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
+    queue.put({name: t.clone() for name, t in broadcast_recv(pg, metas, bucket_bytes)})
+
+
+def test_plan_buckets_splits_by_size_and_dtype():
+    metas = metas_of(_tensors().items())
+    buckets = plan_buckets(metas, bucket_bytes=64 * 4)  # a+b = 152 bytes fit; c (176) does not
+    assert [[m[0] for m in b] for b in buckets] == [["a.weight", "b.bias"], ["c.weight"], ["d.int"]]
+    # one bucket per tensor when the budget is smaller than any tensor
+    assert len(plan_buckets(metas, 1)) == 4
+
+
+def test_plan_buckets_rejects_bad_size():
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        plan_buckets([], 0)
+
+
+@pytest.mark.parametrize("bucket_bytes", [16, 1 << 20])
+def test_gloo_broadcast_round_trip(bucket_bytes):
+    tensors = _tensors()
+    metas = metas_of(tensors.items())
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_receiver, args=(port, metas, bucket_bytes, queue))
+    proc.start()
+    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    sent = broadcast_send(pg, tensors, metas, bucket_bytes)
+    received = queue.get(timeout=60)
+    proc.join(timeout=30)
+    assert sent == sum(t.numel() * t.element_size() for t in tensors.values())
+    assert received.keys() == tensors.keys()
+    for name, t in tensors.items():
+        assert received[name].dtype == t.dtype
+        assert torch.equal(received[name], t)
+
+
+def test_unknown_backend_is_named():
+    with pytest.raises(ValueError, match="allowed"):
+        init_group("127.0.0.1", free_port(), 0, 1, "mpi")
