@@ -1,0 +1,134 @@
+"""Tests for group advantages, conversation broadcast, dynamic sampling, overlong penalty and GAE (hand-computed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memrl.learner.advantages import (
+    broadcast_to_conversations,
+    dynamic_sampling_mask,
+    gae,
+    group_advantages,
+    overlong_penalty,
+)
+
+# Groups interleaved on purpose: "a" = [1, 2, 3], "b" = [4, 0], "c" = [5] (size 1), "d" = [2, 2] (zero variance).
+REWARDS = [1.0, 4.0, 2.0, 5.0, 2.0, 3.0, 0.0, 2.0]
+GROUPS = ["a", "b", "a", "c", "d", "a", "b", "d"]
+
+
+def test_group_advantages_with_unbiased_std():
+    adv = group_advantages(REWARDS, GROUPS, norm_std=True, eps=1e-6)
+    assert adv.dtype == np.float64
+    # a: mean 2, unbiased std sqrt((1 + 0 + 1) / 2) = 1 (the population std would be 0.8165 -> +-1.2247)
+    # b: mean 2, unbiased std sqrt((4 + 4) / 1) = 2.8284271 -> +-2 / 2.8284281 = +-0.7071065
+    # c: single sample -> 0; d: zero variance -> 0 / (0 + eps) = 0
+    expected = [-0.999999, 0.7071065, 0.0, 0.0, 0.0, 0.999999, -0.7071065, 0.0]
+    np.testing.assert_allclose(adv, expected, rtol=0, atol=1e-7)
+
+
+def test_group_advantages_with_zero_eps_keeps_flat_groups_at_zero():
+    adv = group_advantages(REWARDS, GROUPS, norm_std=True, eps=0.0)
+    # 1 / sqrt(2) = 0.70710678; no 0 / 0 for the single sample or the zero-variance group
+    np.testing.assert_allclose(adv, [-1.0, 0.70710678, 0.0, 0.0, 0.0, 1.0, -0.70710678, 0.0], rtol=0, atol=1e-8)
+
+
+def test_group_advantages_without_std():
+    adv = group_advantages(REWARDS, GROUPS, norm_std=False)
+    np.testing.assert_allclose(adv, [-1.0, 2.0, 0.0, 0.0, 0.0, 1.0, -2.0, 0.0], rtol=0, atol=1e-12)
+
+
+def test_group_advantages_integer_ids_and_errors():
+    adv = group_advantages([0.0, 1.0, 1.0, 1.0], [7, 7, 3, 3], norm_std=False)
+    np.testing.assert_allclose(adv, [-0.5, 0.5, 0.0, 0.0], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="group_ids must have shape"):
+        group_advantages([1.0, 2.0], [0])
+    with pytest.raises(ValueError, match="eps"):
+        group_advantages([1.0, 2.0], [0, 0], eps=-1.0)
+    with pytest.raises(ValueError, match="rewards must be one-dimensional"):
+        group_advantages([[1.0, 2.0]], [0, 0])
+
+
+def test_broadcast_to_conversations_with_unequal_counts():
+    out = broadcast_to_conversations([0.5, -1.0, 2.0], [2, 1, 3])
+    np.testing.assert_array_equal(out, [0.5, 0.5, -1.0, 2.0, 2.0, 2.0])
+    assert out.dtype == np.float64
+    with pytest.raises(ValueError, match="num_convs must have shape"):
+        broadcast_to_conversations([0.5, 1.0], [1])
+    with pytest.raises(ValueError, match="num_convs must be integers >= 1"):
+        broadcast_to_conversations([0.5, 1.0], [1, 0])
+    with pytest.raises(ValueError, match="num_convs must be integers >= 1"):
+        broadcast_to_conversations([0.5], [1.5])
+
+
+def test_dynamic_sampling_mask():
+    keep = dynamic_sampling_mask(REWARDS, GROUPS)
+    assert keep.dtype == bool
+    # a and b have spread; c (single) and d (all equal) carry no signal
+    np.testing.assert_array_equal(keep, [True, True, True, False, False, True, True, False])
+    np.testing.assert_array_equal(dynamic_sampling_mask([1.0, 1.0, 0.0, 1.0], [0, 0, 1, 1]), [False, False, True, True])
+
+
+def test_overlong_penalty_boundaries():
+    lengths = [10, 16, 17, 18, 19, 20, 25]
+    # max 20, buffer 4: free up to 16, then -1/4 per token, -1 at 20 and beyond
+    np.testing.assert_allclose(overlong_penalty(lengths, 20, 4), [0, 0, -0.25, -0.5, -0.75, -1, -1], atol=1e-12)
+    np.testing.assert_allclose(
+        overlong_penalty(lengths, 20, 4, penalty=0.5), [0, 0, -0.125, -0.25, -0.375, -0.5, -0.5], atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [((20, 0), "buffer_tokens"), ((20, 21), "buffer_tokens"), ((0, 1), "max_tokens")],
+)
+def test_overlong_penalty_errors(args, message):
+    with pytest.raises(ValueError, match=message):
+        overlong_penalty([1], *args)
+    with pytest.raises(ValueError, match="penalty"):
+        overlong_penalty([1], 20, 4, penalty=-1.0)
+
+
+def test_gae_single_sequence_skips_masked_middle_token():
+    rewards = np.array([0.0, 0.0, 0.0, 1.0])
+    values = np.array([0.5, 9.0, 0.2, 0.4])  # 9.0 sits on a masked token and must be ignored
+    mask = np.array([1, 0, 1, 1])
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    # t=3: delta = 1 + 0.9 * 0 - 0.4 = 0.6; A3 = 0.6
+    # t=2: delta = 0 + 0.9 * 0.4 - 0.2 = 0.16; A2 = 0.16 + 0.72 * 0.6 = 0.592
+    # t=1: masked -> 0, recursion jumps over it
+    # t=0: delta = 0 + 0.9 * 0.2 - 0.5 = -0.32; A0 = -0.32 + 0.72 * 0.592 = 0.10624
+    np.testing.assert_allclose(adv, [0.10624, 0.0, 0.592, 0.6], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ret, [0.60624, 0.0, 0.792, 1.0], rtol=0, atol=1e-12)
+    assert adv.shape == (4,) and adv.dtype == np.float64
+
+
+def test_gae_batch_with_padding_and_monte_carlo_limit():
+    rewards = np.array([[0.0, 0.0, 0.0, 1.0], [0.0, 2.0, 0.0, 0.0]])
+    values = np.array([[0.5, 9.0, 0.2, 0.4], [1.0, 0.5, np.nan, np.nan]])  # row 2 padded after 2 tokens
+    mask = np.array([[1, 0, 1, 1], [1, 1, 0, 0]])
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    # row 2: t=1: delta = 2 - 0.5 = 1.5; t=0: delta = 0.9 * 0.5 - 1 = -0.55, A0 = -0.55 + 0.72 * 1.5 = 0.53
+    np.testing.assert_allclose(adv, [[0.10624, 0.0, 0.592, 0.6], [0.53, 1.5, 0.0, 0.0]], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ret, [[0.60624, 0.0, 0.792, 1.0], [1.53, 2.0, 0.0, 0.0]], rtol=0, atol=1e-12)
+    # gamma = lam = 1: A_t = (sum of later real rewards) - V_t
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    np.testing.assert_allclose(adv, [[0.5, 0.0, 0.8, 0.6], [1.0, 1.5, 0.0, 0.0]], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ret, [[1.0, 0.0, 1.0, 1.0], [2.0, 2.0, 0.0, 0.0]], rtol=0, atol=1e-12)
+
+
+def test_gae_errors():
+    ok = np.zeros(3)
+    with pytest.raises(ValueError, match="rewards must be 0 where mask is 0"):
+        gae(np.array([0.0, 1.0, 0.0]), ok, np.array([1, 0, 1]), 0.9, 0.9)
+    with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+        gae(ok, ok, np.array([1, 2, 1]), 0.9, 0.9)
+    with pytest.raises(ValueError, match="share one shape"):
+        gae(ok, np.zeros(4), ok, 0.9, 0.9)
+    with pytest.raises(ValueError, match="gamma"):
+        gae(ok, ok, ok, 1.5, 0.9)
+    with pytest.raises(ValueError, match="lam"):
+        gae(ok, ok, ok, 0.9, -0.1)
+    with pytest.raises(ValueError, match=r"\[T\] or \[B, T\]"):
+        gae(np.zeros((1, 1, 3)), np.zeros((1, 1, 3)), np.zeros((1, 1, 3)), 0.9, 0.9)
