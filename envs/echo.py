@@ -1,0 +1,50 @@
+"""A toy multi-turn env: each turn names a word, the agent must say it back; the runtime's smoke test."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+
+from envs.text_space import clean, text_space
+
+WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "rocket", "forest")
+
+
+class EchoEnv(gym.Env):
+    """`num_turns` turns; observation "Say: <word>"; reward 1/num_turns for each reply equal to the word."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, num_turns: int = 2, max_action_chars: int = 256, step_delay_s: float = 0.0):
+        """`step_delay_s` simulates a slow world (a remote tool or search call) on every step."""
+        if num_turns < 1:
+            raise ValueError(f"EchoEnv num_turns must be >= 1, got {num_turns}")
+        self.num_turns = num_turns
+        self.step_delay_s = step_delay_s
+        self.max_action_chars = max_action_chars
+        self.observation_space = text_space(64)
+        self.action_space = text_space(max_action_chars)
+        self._words: list[str] = []
+        self._turn = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._words = [WORDS[i] for i in self.np_random.integers(0, len(WORDS), self.num_turns)]
+        self._turn = 0
+        return self._observation(), {"turn": 0}
+
+    def step(self, action: str):
+        if self._turn >= self.num_turns:
+            raise RuntimeError("EchoEnv.step called after the episode ended; call reset() first")
+        time.sleep(self.step_delay_s)
+        reply = clean(str(action), self.max_action_chars).strip().lower()
+        correct = reply == self._words[self._turn]
+        self._turn += 1
+        done = self._turn == self.num_turns
+        obs = "" if done else self._observation()
+        info = {"turn": self._turn, "correct": correct, "format_ok": bool(reply)}
+        return obs, float(correct) / self.num_turns, done, False, info
+
+    def _observation(self) -> str:
+        return f"Say: {self._words[self._turn]}"

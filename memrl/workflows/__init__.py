@@ -1,0 +1,13 @@
+"""Context policies, by name."""
+
+from memrl.workflows.base import LastObservationWorkflow, Workflow
+
+WORKFLOWS: dict[str, type[Workflow]] = {"last_observation": LastObservationWorkflow}
+"""Registered workflows; env runners look workflows up here by name."""
+
+
+def workflow_class(name: str) -> type[Workflow]:
+    """The workflow class registered as `name`."""
+    if name not in WORKFLOWS:
+        raise ValueError(f"unknown workflow {name!r}; registered: {sorted(WORKFLOWS)}")
+    return WORKFLOWS[name]

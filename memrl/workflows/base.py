@@ -1,0 +1,71 @@
+"""Workflows (context policies): what the model sees on each call and how its reply becomes an env action."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from transformers import PreTrainedTokenizerBase
+
+
+class Workflow(ABC):
+    """Per-trajectory state machine between a text env and an LLM.
+
+    The env runner calls `reset` with the env's first observation, then loops: `prompt_ids` -> LLM ->
+    `on_response` (returns the env action) -> env.step -> `observe`, until the env ends the episode.
+    One instance serves one trajectory at a time.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, **config):
+        self.tokenizer = tokenizer
+        if config:
+            raise ValueError(f"{type(self).__name__} takes no options; got {sorted(config)}")
+
+    @abstractmethod
+    def reset(self, observation: str, info: dict) -> None:
+        """Start a trajectory from the env's first observation."""
+
+    @abstractmethod
+    def prompt_ids(self) -> list[int]:
+        """Token ids of the next LLM call's full context."""
+
+    @abstractmethod
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        """Turn the model's response into (env action text, named token spans of the response)."""
+
+    @abstractmethod
+    def observe(self, observation: str, info: dict) -> None:
+        """Take in the env's observation after a step."""
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Chat-templated token ids ending with the assistant generation prompt."""
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False))
+
+    def decode(self, ids: list[int]) -> str:
+        """Response text without special tokens (the stop token included in `ids` is dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class LastObservationWorkflow(Workflow):
+    """Each call sees the system prompt and the latest observation only; the reply is the action.
+
+    The simplest context policy, used by the toy envs and as a building block for tests.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, system_prompt: str = ""):
+        super().__init__(tokenizer)
+        self.system_prompt = system_prompt
+        self._observation = ""
+
+    def reset(self, observation: str, info: dict) -> None:
+        self._observation = observation
+
+    def prompt_ids(self) -> list[int]:
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return self.chat_ids(messages + [{"role": "user", "content": self._observation}])
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        return self.decode(response_ids), {}
+
+    def observe(self, observation: str, info: dict) -> None:
+        self._observation = observation

@@ -1,0 +1,71 @@
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+from transformers import AutoTokenizer
+
+from memrl.engines.base import SamplingConfig
+from memrl.engines.torch_engine import TorchEngine
+from memrl.env_runner import EnvRunner, EnvRunnerSpec, Task
+from memrl.env_runner_group import EnvRunnerGroup
+from memrl.episode import from_arrow
+
+
+@pytest.fixture(scope="module")
+def engine(ray_session, tiny_checkpoint):
+    actor = ray.remote(num_cpus=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    yield actor
+    ray.kill(actor)
+
+
+def _spec(tiny_checkpoint, **env_config) -> EnvRunnerSpec:
+    return EnvRunnerSpec(env="memrl/Echo-v0", env_config={"num_turns": 2, **env_config}, workflow="last_observation",
+                         workflow_config={}, tokenizer_path=str(tiny_checkpoint),
+                         sampling=SamplingConfig(max_tokens=8), num_envs=4)
+
+
+def _tasks(n: int, group_size: int = 2) -> list[Task]:
+    return [Task(seed=i // group_size, group_id=f"g{i // group_size}", traj_id=f"t{i}") for i in range(n)]
+
+
+def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint), engine)
+    batch, stats = ray.get(runner.sample.remote(_tasks(6)))
+    trajs = from_arrow(batch)
+    assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(6)]
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    for t in trajs:
+        assert len(t.conversations) == 2
+        assert t.metrics["num_calls"] == 2
+        assert "Say: " in tok.decode(t.conversations[0].prompt_ids)
+        for c in t.conversations:
+            assert 1 <= len(c.response_ids) <= 8
+            assert np.all(c.logprobs <= 0)
+            assert c.finish_reason in ("stop", "length")
+        assert t.reward in (0.0, 0.5, 1.0)
+    # groups share the env seed, so both members saw the same first prompt
+    assert np.array_equal(trajs[0].conversations[0].prompt_ids, trajs[1].conversations[0].prompt_ids)
+    # 6 trajectories but only 4 envs: the first round batches 4 requests, never one per call
+    assert stats["calls"] == 12
+    assert stats["batches"] < stats["calls"]
+    ray.kill(runner)
+
+
+def test_group_survives_a_runner_killed_mid_sample(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.5), [engine], num_runners=2)
+    tasks = _tasks(8)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(out=group.sample(tasks)))
+    thread.start()
+    time.sleep(0.6)  # runners are mid-trajectory: each step sleeps 0.5 s, 2 steps per trajectory
+    ray.kill(group.runners[0], no_restart=False)
+    thread.join(timeout=120)
+    table, _ = result["out"]
+    trajs = from_arrow(table)
+    assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
+    assert group.counters["runner_failures"] == 1
+    assert group.counters["resubmitted"] == 4
+    assert group.counters["tasks_submitted"] == group.counters["trajectories_returned"] == 8
+    group.shutdown()
