@@ -1,0 +1,195 @@
+"""The light reference inference engine: a transformers causal LM with a KV cache and batched sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
+from memrl.weight_sync import TensorMeta, broadcast_recv, init_group
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""Model dtypes the engine accepts, by name."""
+
+
+class TorchEngine(InferenceEngine):
+    """Token-in, token-out generation with a Hugging Face model, seeded per engine.
+
+    The same seed and the same calls in the same order give identical outputs. Logprobs are
+    those of the raw model distribution (temperature 1, no top-p), as the learner recomputes them.
+    Generation ends only on `sampling.stop_token_ids` or `max_tokens`; the model's EOS is not implied.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        seed: int = 0,
+        dtype: str = "float32",
+        device: str = "cpu",
+        max_batch_size: int = 64,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"TorchEngine dtype {dtype!r} is not supported; allowed: {sorted(DTYPES)}")
+        if max_batch_size < 1:
+            raise ValueError(f"TorchEngine max_batch_size must be >= 1, got {max_batch_size}")
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype], attn_implementation="sdpa")
+        self.model.to(self.device).eval().requires_grad_(False)
+        self.vocab_size: int = self.model.config.get_text_config().vocab_size
+        self.pad_id = _pad_id(self.model.config)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.weight_version = 0
+        self._sync_group = None
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+        """Sample one response per prompt, in batches of at most `max_batch_size` prompts."""
+        for i, prompt in enumerate(prompts):
+            self._check_ids(prompt, f"prompt {i}")
+        outputs: list[GenerationOutput] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            outputs.extend(self._generate_batch(prompts[start : start + self.max_batch_size], sampling))
+        return outputs
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+        batch = len(prompts)
+        width = max(len(p) for p in prompts)
+        # Left padding puts every row's last prompt token in the same column, so one decode step
+        # serves the whole batch; the mask hides pads and position ids restart at each row's first token.
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((batch, width), dtype=torch.long, device=self.device)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+        stop_ids = torch.tensor(sampling.stop_token_ids, dtype=torch.long, device=self.device)
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        for step in range(sampling.max_tokens):
+            logits = logits.float()
+            next_ids = self._sample(logits, sampling)
+            raw = torch.log_softmax(logits, dim=-1).gather(-1, next_ids[:, None])[:, 0]
+            active = (~finished).nonzero()[:, 0].tolist()
+            for row, tok, lp in zip(active, next_ids[active].tolist(), raw[active].tolist()):
+                tokens[row].append(tok)
+                logprobs[row].append(lp)
+            stopped |= ~finished & torch.isin(next_ids, stop_ids)
+            finished |= stopped
+            if bool(finished.all()) or step == sampling.max_tokens - 1:
+                break
+            # Finished rows keep stepping (feeding pads) so the batch stays rectangular; their
+            # samples are discarded above.
+            next_ids = next_ids.masked_fill(finished, self.pad_id)
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=self.device)], dim=-1)
+            positions = positions[:, -1:] + 1
+            logits = self.model(
+                input_ids=next_ids[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+
+        return [
+            GenerationOutput(
+                token_ids=tokens[row],
+                logprobs=logprobs[row],
+                finish_reason="stop" if stopped[row] else "length",
+                weight_version=self.weight_version,
+            )
+            for row in range(batch)
+        ]
+
+    def _sample(self, logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+        """One token id per row from float32 logits [B, V]."""
+        if sampling.temperature == 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / sampling.temperature, dim=-1)
+        if sampling.top_p < 1:
+            # Nucleus: keep the smallest prefix of the sorted distribution whose mass reaches top_p
+            # (the most likely token always survives).
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+            sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)
+            picked = torch.multinomial(sorted_probs, 1, generator=self.generator)
+            return order.gather(-1, picked)[:, 0]
+        return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+
+    @torch.inference_mode()
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        """Logprob of each continuation token given the prompt and the tokens before it (one forward)."""
+        self._check_ids(prompt_ids, "prompt_ids")
+        if not continuation_ids:
+            return []
+        self._check_ids(continuation_ids, "continuation_ids")
+        ids = torch.tensor([prompt_ids + continuation_ids], dtype=torch.long, device=self.device)
+        # Only the positions that predict continuation tokens are needed.
+        logits = self.model(input_ids=ids, logits_to_keep=len(continuation_ids) + 1).logits[0, :-1].float()
+        targets = ids[0, len(prompt_ids) :, None]
+        return torch.log_softmax(logits, dim=-1).gather(-1, targets)[:, 0].tolist()
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy (HF parameter name, tensor) pairs into the model's parameters in place and set the version.
+
+        Tensors are applied as they arrive, so a bad name or shape stops the load part way with an error.
+        """
+        params = dict(self.model.named_parameters())
+        for name, tensor in named_tensors:
+            param = params.get(name)
+            if param is None:
+                known = ", ".join(list(params)[:5])
+                raise KeyError(
+                    f"load_weights: unknown parameter name {name!r}; the model has {len(params)} parameters "
+                    f"named like: {known}, ..."
+                )
+            if tuple(tensor.shape) != tuple(param.shape):
+                raise ValueError(
+                    f"load_weights: parameter {name!r} has shape {tuple(param.shape)}, got a tensor of shape "
+                    f"{tuple(tensor.shape)}"
+                )
+            param.copy_(tensor)
+        self.weight_version = version
+
+    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the weight-sync process group whose rank 0 is the learner (blocks until all ranks join)."""
+        self._sync_group = init_group(host, port, rank, world_size, backend)
+
+    def receive_weights(self, metas: list[TensorMeta], version: int, bucket_bytes: int) -> None:
+        """Receive a bucketed broadcast from rank 0 straight into the model's parameters."""
+        if self._sync_group is None:
+            raise RuntimeError("receive_weights needs a weight-sync group: call init_weight_sync first")
+        self.load_weights(broadcast_recv(self._sync_group, metas, bucket_bytes, device=self.device), version)
+
+    def _check_ids(self, ids: list[int], what: str) -> None:
+        if not ids:
+            raise ValueError(f"{what} is empty; it needs at least one token id")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"{what} has token ids {bad[:5]} outside the vocabulary [0, {self.vocab_size})")
+
+
+def _pad_id(config) -> int:
+    """The id fed at padded positions; any valid id works because the attention mask hides it."""
+    for candidate in (getattr(config, "pad_token_id", None), getattr(config, "eos_token_id", None)):
+        if isinstance(candidate, list):
+            candidate = candidate[0] if candidate else None
+        if candidate is not None:
+            return int(candidate)
+    return 0
