@@ -1,0 +1,266 @@
+"""AlgorithmConfig: the RLlib-style builder every memrl algorithm is configured with.
+
+    config = (DAPOConfig()
+              .environment("memrl/Echo-v0", env_config={"num_turns": 2})
+              .env_runners(num_env_runners=2, engine="vllm")
+              .learners(num_learners=2, model_path="/ckpt")
+              .training(lr=1e-5, group_size=8))
+    algo = config.build()
+    result = algo.train()
+
+Each builder method sets fields of one typed sub-config. `validate()` (called by `build()`) names the
+bad field and what is allowed. `to_dict()` / `from_dict()` make the config a Ray Tune param_space.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from memrl.engines.base import SamplingConfig
+from memrl.learner.losses import LossConfig
+
+ENGINES = ("torch", "vllm")
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to sample from."""
+
+    env: str | None = None
+    """Registered gymnasium id, e.g. "memrl/Echo-v0"."""
+    env_config: dict = field(default_factory=dict)
+    """Keyword arguments for gymnasium.make."""
+
+
+@dataclass
+class EnvRunnersConfig:
+    """Rollout side: env runners, their workflow and the inference engines."""
+
+    num_env_runners: int = 1
+    """EnvRunner actors."""
+    num_envs_per_env_runner: int = 8
+    """Envs per runner: trajectories a runner has in flight at once."""
+    workflow: str = "last_observation"
+    """Context policy name (memrl.workflows.WORKFLOWS)."""
+    workflow_config: dict = field(default_factory=dict)
+    """Keyword arguments for the workflow."""
+    max_calls_per_episode: int = 64
+    """Safety cap on LLM calls per trajectory."""
+    engine: str = "torch"
+    """Inference engine: "vllm" (vLLM; CPU build here, CUDA build on GPUs) or "torch" (reference engine)."""
+    num_engines: int = 1
+    """Engine actors; runners share them round-robin."""
+    engine_config: dict = field(default_factory=dict)
+    """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM)."""
+    num_gpus_per_engine: float = 0.0
+    """GPUs each engine actor reserves (0 on CPU machines)."""
+    max_tokens: int = 64
+    """Most new tokens per call."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling mass for training rollouts."""
+
+    def sampling(self) -> SamplingConfig:
+        """Sampling settings for training rollouts."""
+        return SamplingConfig(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p)
+
+
+@dataclass
+class LearnersConfig:
+    """Training side: the model and the DeepSpeed learner group."""
+
+    model_path: str | None = None
+    """Local Hugging Face checkpoint to start from (the shipped tiny model by default in tuned examples)."""
+    num_learners: int = 1
+    """DeepSpeed data-parallel ranks, one Ray actor each."""
+    num_gpus_per_learner: float = 0.0
+    """GPUs each learner reserves (0 on CPU machines)."""
+    token_budget: int = 8192
+    """Most padded tokens per micro-batch."""
+    weight_sync_bucket_bytes: int = 64 * 1024**2
+    """Bucket size of the learner-to-engine weight broadcast."""
+
+
+@dataclass
+class TrainingConfig:
+    """The RL algorithm's settings."""
+
+    lr: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient norm clip."""
+    tasks_per_iteration: int = 8
+    """Distinct tasks (groups) sampled per iteration."""
+    group_size: int = 8
+    """Trajectories per task; advantages compare within a group."""
+    norm_adv_by_std: bool = False
+    """Divide group advantages by the group std (GRPO); False is DAPO / Dr.GRPO."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (DAPO dynamic sampling)."""
+    use_rollout_logprobs: bool = True
+    """Use the engine's logprobs as the PPO old logprobs (one update per batch makes them equal up to numerics);
+    False recomputes them on the learner."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy loss: clipping, KL, aggregation, entropy."""
+
+
+@dataclass
+class EvaluationConfig:
+    """Held-out evaluation."""
+
+    evaluation_interval: int = 0
+    """Evaluate every N iterations (0 = only when `evaluate()` is called)."""
+    evaluation_num_tasks: int = 64
+    """Held-out tasks per evaluation (seeds disjoint from training)."""
+    evaluation_temperature: float = 0.0
+    """Sampling temperature at evaluation (0 = greedy)."""
+    evaluation_env_config: dict = field(default_factory=dict)
+    """Overrides of env_config for evaluation (e.g. longer documents)."""
+
+
+@dataclass
+class DebuggingConfig:
+    """Seeds and logging."""
+
+    seed: int = 0
+    """Seeds task order, sampling and model init; the same seed reproduces a run."""
+    wandb_project: str | None = None
+    """wandb project to log to (offline unless WANDB_API_KEY is set); None disables wandb."""
+    progress_bars: bool = True
+    """Show tqdm bars on long loops."""
+
+
+SECTIONS = {
+    "environment": EnvConfig,
+    "env_runners": EnvRunnersConfig,
+    "learners": LearnersConfig,
+    "training": TrainingConfig,
+    "evaluation": EvaluationConfig,
+    "debugging": DebuggingConfig,
+}
+
+
+class AlgorithmConfig:
+    """Builder for an Algorithm; subclasses set `algo_class` and their own defaults."""
+
+    algo_class: type | None = None
+
+    def __init__(self):
+        self.environment_cfg = EnvConfig()
+        self.env_runners_cfg = EnvRunnersConfig()
+        self.learners_cfg = LearnersConfig()
+        self.training_cfg = TrainingConfig()
+        self.evaluation_cfg = EvaluationConfig()
+        self.debugging_cfg = DebuggingConfig()
+
+    # -- builder methods -------------------------------------------------------------
+    def environment(self, env: str | None = None, *, env_config: dict | None = None) -> AlgorithmConfig:
+        """Set the env id and its constructor arguments."""
+        given = {"env": env, "env_config": env_config}
+        return self._set("environment", **{k: v for k, v in given.items() if v is not None})
+
+    def env_runners(self, **kwargs) -> AlgorithmConfig:
+        """Set EnvRunnersConfig fields."""
+        return self._set("env_runners", **kwargs)
+
+    def learners(self, **kwargs) -> AlgorithmConfig:
+        """Set LearnersConfig fields."""
+        return self._set("learners", **kwargs)
+
+    def training(self, **kwargs) -> AlgorithmConfig:
+        """Set TrainingConfig fields; loss fields (clip_low, kl_coef, aggregation, ...) are accepted here too."""
+        loss_names = {f.name for f in dataclasses.fields(LossConfig)}
+        loss_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loss_names}
+        if loss_kwargs:
+            self.training_cfg.loss = dataclasses.replace(self.training_cfg.loss, **loss_kwargs)
+        return self._set("training", **kwargs)
+
+    def evaluation(self, **kwargs) -> AlgorithmConfig:
+        """Set EvaluationConfig fields."""
+        return self._set("evaluation", **kwargs)
+
+    def debugging(self, **kwargs) -> AlgorithmConfig:
+        """Set DebuggingConfig fields."""
+        return self._set("debugging", **kwargs)
+
+    def _set(self, section: str, **kwargs) -> AlgorithmConfig:
+        cfg = getattr(self, f"{section}_cfg")
+        names = {f.name for f in dataclasses.fields(cfg)}
+        for key, value in kwargs.items():
+            if key not in names:
+                raise ValueError(f"{type(self).__name__}.{section}() has no field {key!r}; allowed: {sorted(names)}")
+            setattr(cfg, key, value)
+        return self
+
+    # -- validation, building, serialisation ----------------------------------------------
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field and what is allowed."""
+        env, run, learn, train = self.environment_cfg, self.env_runners_cfg, self.learners_cfg, self.training_cfg
+        if not env.env:
+            raise ValueError("environment.env is not set; pass a registered gymnasium id, e.g. 'memrl/Echo-v0'")
+        if not learn.model_path:
+            raise ValueError("learners.model_path is not set; pass a local Hugging Face checkpoint directory")
+        if run.engine not in ENGINES:
+            raise ValueError(f"env_runners.engine={run.engine!r} is not allowed; choose one of {ENGINES}")
+        from memrl.workflows import WORKFLOWS
+
+        if run.workflow not in WORKFLOWS:
+            raise ValueError(f"env_runners.workflow={run.workflow!r} is not registered; allowed: {sorted(WORKFLOWS)}")
+        positive = {
+            "env_runners.num_env_runners": run.num_env_runners,
+            "env_runners.num_envs_per_env_runner": run.num_envs_per_env_runner,
+            "env_runners.num_engines": run.num_engines,
+            "env_runners.max_calls_per_episode": run.max_calls_per_episode,
+            "learners.num_learners": learn.num_learners,
+            "learners.token_budget": learn.token_budget,
+            "learners.weight_sync_bucket_bytes": learn.weight_sync_bucket_bytes,
+            "training.tasks_per_iteration": train.tasks_per_iteration,
+            "training.group_size": train.group_size,
+        }
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
+        if not train.lr > 0:
+            raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
+        run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
+        LossConfig(**dataclasses.asdict(train.loss))
+
+    def build(self):
+        """Validate and construct the Algorithm (starts Ray actors)."""
+        self.validate()
+        if self.algo_class is None:
+            raise ValueError(f"{type(self).__name__} has no algo_class; use an algorithm's config, e.g. DAPOConfig")
+        return self.algo_class(config=self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict (one key per section); Ray Tune accepts it, search spaces included."""
+        out = {name: dataclasses.asdict(getattr(self, f"{name}_cfg")) for name in SECTIONS}
+        out["algo"] = type(self).__name__
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AlgorithmConfig:
+        """Rebuild a config from `to_dict` output (unknown sections or fields are errors)."""
+        config = cls()
+        data = copy.deepcopy(data)
+        data.pop("algo", None)
+        for name, values in data.items():
+            if name not in SECTIONS:
+                raise ValueError(f"unknown config section {name!r}; allowed: {sorted(SECTIONS)}")
+            values = dict(values)
+            if name == "training" and isinstance(values.get("loss"), dict):
+                values["loss"] = LossConfig(**values["loss"])
+            if name == "environment":
+                config.environment(values.pop("env", None), env_config=values.pop("env_config", None))
+            config._set(name, **values)
+        return config
+
+    def copy(self) -> AlgorithmConfig:
+        """An independent copy."""
+        return copy.deepcopy(self)

@@ -1,0 +1,33 @@
+"""Confidence intervals for evaluation figures (held-out accuracy is always reported with one)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+Z95 = 1.959963984540054
+"""Two-sided 95% normal quantile."""
+
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values, z: float = Z95) -> tuple[float, float, float]:
+    """Mean and normal-approximation 95% interval (mean ± z·s/√n) of real-valued samples."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, mean, mean
+    half = z * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean, mean - half, mean + half

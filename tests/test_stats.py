@@ -1,0 +1,22 @@
+import pytest
+
+from memrl.stats import mean_interval, wilson_interval
+
+
+def test_wilson_known_values():
+    # 20/100 successes: Wilson 95% interval is [0.1333, 0.2888] (standard tables)
+    low, high = wilson_interval(20, 100)
+    assert low == pytest.approx(0.1333, abs=1e-4)
+    assert high == pytest.approx(0.2888, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_mean_interval():
+    mean, low, high = mean_interval([1.0, 2.0, 3.0, 4.0])
+    # s = 1.29099, half width = 1.96 * 1.29099 / 2 = 1.26517
+    assert mean == 2.5
+    assert low == pytest.approx(2.5 - 1.26517, abs=1e-4)
+    assert high == pytest.approx(2.5 + 1.26517, abs=1e-4)
+    assert mean_interval([5.0]) == (5.0, 5.0, 5.0)
