@@ -73,14 +73,20 @@ class EnvRunner:
             self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
         self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
         self._pending: list[tuple[list[int], asyncio.Future]] = []
+        self._seed: int | None = None
         self._stats: dict[str, float] = {}
 
     def ping(self) -> int:
         """Liveness check; returns the runner index."""
         return self.runner_index
 
-    async def sample(self, tasks: list[Task]) -> tuple[pa.RecordBatch, dict[str, float]]:
-        """Run every task to the end; returns their trajectories as one Arrow batch, plus runner stats."""
+    async def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.RecordBatch, dict[str, float]]:
+        """Run every task to the end; returns their trajectories as one Arrow batch, plus runner stats.
+
+        With a `seed`, engine batch k is sampled under a seed derived from (seed, k): the same tasks and seed
+        give the same trajectories, whichever other runners share the engine.
+        """
+        self._seed = seed
         self._stats = {"generate_s": 0.0, "env_s": 0.0, "calls": 0, "batches": 0, "new_tokens": 0}
         start = time.perf_counter()
         free_envs: asyncio.Queue = asyncio.Queue()
@@ -154,7 +160,10 @@ class EnvRunner:
         batch, self._pending = self._pending, []
         t0 = time.perf_counter()
         try:
-            outputs = await self.engine.generate.remote([p for p, _ in batch], self.sampling)
+            batch_seed = None
+            if self._seed is not None:
+                batch_seed = int(np.random.SeedSequence([self._seed, int(self._stats["batches"])]).generate_state(1)[0])
+            outputs = await self.engine.generate_batch.remote([p for p, _ in batch], self.sampling, batch_seed)
         except Exception as exc:  # the engine failed: every waiting trajectory fails with it
             for _, future in batch:
                 future.set_exception(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import pyarrow as pa
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -29,15 +30,20 @@ class EnvRunnerGroup:
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0}
         ray.get([r.ping.remote() for r in self.runners])
 
-    def sample(self, tasks: list[Task]) -> tuple[pa.Table, dict[str, float]]:
+    def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.Table, dict[str, float]]:
         """Run all tasks; returns their trajectories in task order and merged runner stats.
+
+        With a `seed`, runner i samples under a seed derived from (seed, i), so the result is reproducible.
 
         Tasks are split into contiguous chunks, one per runner (groups stay together). A chunk whose
         runner dies is resubmitted to the restarted runner; every task comes back exactly once.
         """
         self.counters["tasks_submitted"] += len(tasks)
         chunks = _split(tasks, len(self.runners))
-        pending = {self.runners[i].sample.remote(chunk): (i, chunk, 0) for i, chunk in enumerate(chunks) if chunk}
+        seeds = [None if seed is None else int(s) for s in np.random.SeedSequence(seed or 0).generate_state(len(chunks))]
+        pending = {
+            self.runners[i].sample.remote(chunk, seeds[i]): (i, chunk, 0) for i, chunk in enumerate(chunks) if chunk
+        }
         batches: dict[int, pa.RecordBatch] = {}
         stats: dict[str, float] = {}
         while pending:
@@ -56,7 +62,7 @@ class EnvRunnerGroup:
                 logger.warning("env runner %d died (%s); resubmitting its %d tasks", i, exc, len(chunk))
                 self._wait_until_restarted(i)
                 self.counters["resubmitted"] += len(chunk)
-                pending[self.runners[i].sample.remote(chunk)] = (i, chunk, attempt + 1)
+                pending[self.runners[i].sample.remote(chunk, seeds[i])] = (i, chunk, attempt + 1)
                 continue
             batches[i] = batch
             for k, v in runner_stats.items():

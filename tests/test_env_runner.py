@@ -69,3 +69,14 @@ def test_group_survives_a_runner_killed_mid_sample(engine, tiny_checkpoint):
     assert group.counters["resubmitted"] == 4
     assert group.counters["tasks_submitted"] == group.counters["trajectories_returned"] == 8
     group.shutdown()
+
+
+def test_same_seed_same_trajectories(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+    tasks = _tasks(6)
+    first, _ = group.sample(tasks, seed=7)
+    again, _ = group.sample(tasks, seed=7)
+    other, _ = group.sample(tasks, seed=8)
+    assert first.equals(again)
+    assert not first.column("response_ids").equals(other.column("response_ids"))
+    group.shutdown()

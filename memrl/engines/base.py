@@ -56,6 +56,19 @@ class InferenceEngine(ABC):
         """Sample one response per prompt, batched as the engine sees fit."""
 
     @abstractmethod
+    def reseed(self, seed: int) -> None:
+        """Restart the engine-level sampling RNG (never per request: vLLM's CPU worker rejects that)."""
+
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[GenerationOutput]:
+        """`generate`, after reseeding when `seed` is given; one call, so on an engine shared by several
+        callers nobody's batch lands between the reseed and the generate. Env runners use this."""
+        if seed is not None:
+            self.reseed(seed)
+        return self.generate(prompts, sampling)
+
+    @abstractmethod
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         """Logprob of each continuation token given the prompt and the tokens before it."""
 

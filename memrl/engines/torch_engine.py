@@ -132,6 +132,10 @@ class TorchEngine(InferenceEngine):
         return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
 
     @torch.inference_mode()
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling generator."""
+        self.generator.manual_seed(seed)
+
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         """Logprob of each continuation token given the prompt and the tokens before it (one forward)."""
         self._check_ids(prompt_ids, "prompt_ids")
