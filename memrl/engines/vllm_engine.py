@@ -1,0 +1,146 @@
+"""vLLM inference engine: token ids in, token ids + raw logprobs out, weights replaced in place (CPU and GPU builds)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
+from memrl.weight_sync import TensorMeta
+
+WORKER_EXTENSION = "memrl.engines.vllm_worker.WeightSyncExtension"
+"""Qualified name of the class vLLM mixes into its workers (a string, so this module never imports vLLM)."""
+
+RESERVED_LLM_ARGS = frozenset(
+    {"model", "skip_tokenizer_init", "dtype", "seed", "kv_cache_memory_bytes", "logprobs_mode", "worker_extension_cls"}
+)
+"""`vllm.LLM` arguments the adapter sets itself; the engine's contract depends on them."""
+
+
+class VLLMEngine(InferenceEngine):
+    """An `InferenceEngine` over `vllm.LLM`; the same adapter runs the CPU build here and the CUDA build on GPUs.
+
+    Sampling is seeded per engine (`seed`, `reseed`), never per request: a per-request seed crashes vLLM's CPU
+    worker. The seed fixes the sampling stream, not which request draws which part of it: vLLM hands noise out by
+    batch row, and how concurrent requests land in the engine core's batches depends on timing. One-prompt calls
+    repeat exactly after the same seed; batched calls are random draws of the same distribution.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        seed: int = 0,
+        dtype: str = "float32",
+        kv_cache_bytes: int = 256 * 1024**2,
+        max_model_len: int | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU)."""
+        clash = RESERVED_LLM_ARGS & engine_kwargs.keys()
+        if clash:
+            raise ValueError(
+                f"VLLMEngine sets the vllm.LLM arguments {sorted(clash)} itself; remove them from engine_kwargs "
+                "(model_path, seed, dtype and kv_cache_bytes are VLLMEngine's own parameters)"
+            )
+        if kv_cache_bytes <= 0:
+            raise ValueError(f"VLLMEngine kv_cache_bytes must be > 0, got {kv_cache_bytes}")
+        # The engine core runs in this process: requests are then scheduled in the order they were given, so a
+        # reseeded batch samples the same tokens every time (a separate core process sees them arrive racily).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        # Eager by default: graph capture costs start-up time and buys nothing on CPU; GPU users may override it.
+        engine_kwargs.setdefault("enforce_eager", True)
+        if max_model_len is not None:
+            engine_kwargs["max_model_len"] = max_model_len
+        self.llm = LLM(
+            model=str(model_path),
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            seed=seed,
+            kv_cache_memory_bytes=kv_cache_bytes,
+            # Logprobs of the model's own distribution, before temperature and top-p: what the learner recomputes.
+            logprobs_mode="raw_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
+            **engine_kwargs,
+        )
+        self.weight_version = 0
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+        """Sample one response per prompt in one vLLM batch."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop_token_ids=list(sampling.stop_token_ids),
+            # Only SamplingConfig.stop_token_ids end a response, not the EOS in the checkpoint's generation config.
+            ignore_eos=True,
+            logprobs=0,
+            detokenize=False,
+        )
+        outputs = self.llm.generate(_token_prompts(prompts), params, use_tqdm=False)
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            if completion.finish_reason not in ("stop", "length"):
+                raise RuntimeError(f"vLLM ended request {out.request_id} with {completion.finish_reason!r}")
+            token_ids = list(completion.token_ids)
+            logprobs = [step[tok].logprob for tok, step in zip(token_ids, completion.logprobs, strict=True)]
+            results.append(GenerationOutput(token_ids, logprobs, completion.finish_reason, self.weight_version))
+        return results
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        """Prompt logprobs of prompt + continuation (one extra greedy token is generated and dropped)."""
+        from vllm import SamplingParams
+
+        if not continuation_ids:
+            return []
+        ids = list(prompt_ids) + list(continuation_ids)
+        # prompt_logprobs requests skip the prefix cache, so every position is recomputed under current weights.
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        (out,) = self.llm.generate(_token_prompts([ids]), params, use_tqdm=False)
+        return [out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt_ids), len(ids))]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Ship the tensors to every worker through collective_rpc and reload in place (meant for small models;
+        large ones go through `init_weight_sync` / `receive_weights`)."""
+        # vLLM's RPC encoder turns bare tensors into nested lists, so they travel as one torch.save payload.
+        buffer = io.BytesIO()
+        torch.save([(name, t.detach().cpu()) for name, t in named_tensors], buffer)
+        self.llm.collective_rpc("memrl_load_weights", args=(buffer.getvalue(),))
+        self._after_reload(version)
+
+    def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
+        """Join the weight-sync group; with several workers (tensor parallel) they take ranks rank, rank + 1, ..."""
+        self.llm.collective_rpc("memrl_init_weight_sync", args=(host, port, rank, world_size, backend))
+
+    def receive_weights(self, metas: list[TensorMeta], version: int, bucket_bytes: int) -> None:
+        """Receive rank 0's broadcast in the workers (blocks until every bucket arrived) and reload in place."""
+        self.llm.collective_rpc("memrl_receive_weights", args=(list(metas), bucket_bytes))
+        self._after_reload(version)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the engine's sampling RNG (one-prompt calls then repeat exactly; see the class docstring)."""
+        self.llm.collective_rpc("memrl_reseed", args=(seed,))
+
+    def _after_reload(self, version: int) -> None:
+        # Cached prefix blocks hold KV computed by the old weights.
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight reload")
+        self.weight_version = version
+
+
+def _token_prompts(prompts: list[list[int]]) -> list[Any]:
+    from vllm.inputs import TokensPrompt
+
+    for i, ids in enumerate(prompts):
+        if not ids:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token id")
+    return [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts]

@@ -1,0 +1,200 @@
+"""VLLMEngine against the transformers model it serves: sampling, logprobs, stop rules, seeding, weight reloads.
+
+One engine (in a Ray actor, ~35 s to start, ~2.4 GB) serves the whole module. Tests that replace its weights put
+the checkpoint's weights back before they return, so tests do not depend on their order.
+"""
+
+import copy
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from memrl.engines.base import SamplingConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+PROMPTS = [[5, 6, 7], list(range(10, 40)), list(range(100, 400))]
+"""Different lengths; the last spans two full 128-token KV blocks, so the prefix cache holds it."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def engine(ray_session, tiny_checkpoint):
+    from memrl.engines.vllm_engine import VLLMEngine
+
+    actor = ray_session.remote(num_cpus=1)(VLLMEngine).remote(str(tiny_checkpoint), seed=0)
+    yield actor
+    ray_session.kill(actor)
+
+
+def call(ref):
+    import ray
+
+    return ray.get(ref, timeout=600)
+
+
+def perturbed(model, seed: int):
+    """A copy of `model` with every weight moved by small Gaussian noise."""
+    g = torch.Generator().manual_seed(seed)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return other
+
+
+def hf_logprobs(model, prompt: list[int], continuation: list[int]) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + continuation])).logits[0]
+    logprobs = logits.float().log_softmax(-1)
+    return [logprobs[len(prompt) - 1 + i, tok].item() for i, tok in enumerate(continuation)]
+
+
+def hf_greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def test_import_does_not_import_vllm():
+    code = "import sys, memrl.engines.vllm_engine; assert 'vllm' not in sys.modules, 'vllm imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reserved_llm_arguments_are_refused():
+    from memrl.engines.vllm_engine import VLLMEngine
+
+    with pytest.raises(ValueError, match="logprobs_mode"):
+        VLLMEngine("unused", logprobs_mode="processed_logprobs")
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_generate_logprobs_are_the_raw_model_logprobs(engine, hf_model, temperature):
+    # At temperature != 1 the sampled tokens' logprobs still come from the untempered distribution.
+    outs = call(engine.generate.remote(PROMPTS, SamplingConfig(max_tokens=12, temperature=temperature)))
+    assert len(outs) == len(PROMPTS)
+    for prompt, out in zip(PROMPTS, outs):
+        assert len(out.token_ids) == len(out.logprobs) == 12
+        assert out.finish_reason == "length"
+        assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) < 1e-5
+
+
+def test_greedy_matches_transformers_and_stops_on_stop_tokens(engine, hf_model):
+    greedy = call(engine.generate.remote(PROMPTS, SamplingConfig(max_tokens=10, temperature=0.0)))
+    for prompt, out in zip(PROMPTS, greedy):
+        assert out.token_ids == hf_greedy(hf_model, prompt, 10)
+        assert out.finish_reason == "length"
+
+    # Stop on a token that first appears after the first position: the response ends with it, stop token kept.
+    found = next(((p, o.token_ids) for p, o in zip(PROMPTS, greedy) if tokens_after_first(o.token_ids)), None)
+    assert found is not None, "every greedy response repeats its first token; pick other prompts"
+    prompt, tokens = found
+    stop = tokens_after_first(tokens)[0]
+    end = tokens.index(stop) + 1
+    sampling = SamplingConfig(max_tokens=10, temperature=0.0, stop_token_ids=[stop])
+    (out,) = call(engine.generate.remote([prompt], sampling))
+    assert out.token_ids == tokens[:end]
+    assert len(out.logprobs) == end
+    assert out.finish_reason == "stop"
+
+    # max_tokens caps the response, and a stop token beyond the cap does not count.
+    (out,) = call(engine.generate.remote([prompt], SamplingConfig(max_tokens=end - 1, temperature=0.0)))
+    assert out.token_ids == tokens[: end - 1]
+    assert out.finish_reason == "length"
+
+
+def tokens_after_first(tokens: list[int]) -> list[int]:
+    """Tokens whose first occurrence is not at position 0."""
+    return [t for i, t in enumerate(tokens) if i > 0 and t not in tokens[:i]]
+
+
+def test_reseeded_batches_repeat(engine):
+    # Seeding is per engine and per batch (a per-request seed crashes vLLM's CPU worker). With the engine core
+    # in-process, a batch after the same reseed samples the same tokens, whatever ran in between.
+    sampling = SamplingConfig(max_tokens=16, temperature=1.0)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+    first = call(engine.generate_batch.remote(prompts, sampling, 123))
+    call(engine.generate.remote(prompts[:3], sampling))
+    again = call(engine.generate_batch.remote(prompts, sampling, 123))
+    later = call(engine.generate.remote(prompts, sampling))
+    assert [o.token_ids for o in again] == [o.token_ids for o in first]
+    assert [o.token_ids for o in later] != [o.token_ids for o in first]  # the stream moves on without a reseed
+
+
+def test_bad_prompts_are_refused(engine):
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        call(engine.generate.remote([[1, 2], []], SamplingConfig()))
+    assert call(engine.generate.remote([], SamplingConfig())) == []
+    assert call(engine.score.remote([1, 2], [])) == []
+
+
+def test_score_matches_transformers(engine, hf_model):
+    prompt, continuation = PROMPTS[2], list(range(500, 540))
+    assert max_diff(call(engine.score.remote(prompt, continuation)), hf_logprobs(hf_model, prompt, continuation)) < 1e-5
+
+
+def test_load_weights_replaces_the_model(engine, hf_model):
+    target = perturbed(hf_model, seed=1)
+    prompt, continuation = PROMPTS[2], list(range(500, 540))
+    # Fill the prefix cache with the long prompt's KV under the old weights.
+    call(engine.generate.remote([prompt], SamplingConfig(max_tokens=4)))
+    try:
+        call(engine.load_weights.remote(list(target.state_dict().items()), 7))
+        scores = call(engine.score.remote(prompt, continuation))
+        assert max_diff(scores, hf_logprobs(target, prompt, continuation)) < 1e-5
+        assert max_diff(scores, hf_logprobs(hf_model, prompt, continuation)) > 1e-2  # the weights did change
+        # Generation after the reload must not reuse prefix KV cached under the old weights.
+        (out,) = call(engine.generate.remote([prompt], SamplingConfig(max_tokens=8)))
+        assert out.weight_version == 7
+        assert max_diff(out.logprobs, hf_logprobs(target, prompt, out.token_ids)) < 1e-5
+    finally:
+        call(engine.load_weights.remote(list(hf_model.state_dict().items()), 0))
+    (out,) = call(engine.generate.remote([prompt], SamplingConfig(max_tokens=8)))
+    assert out.weight_version == 0
+    assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) < 1e-5
+
+
+def test_broadcast_weights_into_the_engine(engine, hf_model):
+    from memrl.weight_sync import broadcast_send, init_group, metas_of
+
+    target = perturbed(hf_model, seed=2)
+    tensors = dict(target.state_dict())
+    metas = metas_of(tensors.items())
+    bucket_bytes = 256 * 1024  # several buckets for the ~4 MB model
+    port = free_port()
+    joined = engine.init_weight_sync.remote("127.0.0.1", port, 1, 2, "gloo")
+    group = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=120)
+    call(joined)
+    prompt, continuation = PROMPTS[1], list(range(500, 540))
+    try:
+        received = engine.receive_weights.remote(metas, 11, bucket_bytes)
+        broadcast_send(group, tensors, metas, bucket_bytes)
+        call(received)
+        scores = call(engine.score.remote(prompt, continuation))
+        assert max_diff(scores, hf_logprobs(target, prompt, continuation)) < 1e-5
+        (out,) = call(engine.generate.remote([prompt], SamplingConfig(max_tokens=4)))
+        assert out.weight_version == 11
+    finally:
+        call(engine.load_weights.remote(list(hf_model.state_dict().items()), 0))
