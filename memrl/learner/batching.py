@@ -1,0 +1,158 @@
+"""Token-budget micro-batching and padding of conversation rows for the learner's forward passes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+Row = Mapping[str, np.ndarray]
+"""One conversation for training: "prompt_ids" and "response_ids" (int arrays) plus optional per-response-token
+arrays such as "loss_mask", "old_logprobs", "advantages", "ref_logprobs"."""
+
+
+def make_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Pack row indices into micro-batches whose padded size (rows x longest row) stays within `token_budget`.
+
+    Rows are taken longest first (ties by index), which keeps padding low; a row longer than the
+    budget gets a micro-batch of its own. The same input always gives the same output.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    for i, n in enumerate(lengths):
+        if n < 1:
+            raise ValueError(f"row {i} has length {n}; every row needs at least one token")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    longest = 0
+    for i in order:
+        # Rows come longest first, so the batch's first row sets its padded width.
+        if batches and (len(batches[-1]) + 1) * longest <= token_budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+            longest = lengths[i]
+    return [sorted(b) for b in batches]
+
+
+def check_rows(rows: Sequence[Row], per_token_keys: Sequence[str] = ()) -> None:
+    """Raise a ValueError naming the first row that lacks a non-empty prompt, a response or a per-token array."""
+    needed = ["prompt_ids", "response_ids", *per_token_keys]
+    for i, row in enumerate(rows):
+        missing = [k for k in needed if k not in row]
+        if missing:
+            raise ValueError(f"row {i} is missing {missing}; rows need {needed}")
+        if len(row["prompt_ids"]) < 1:
+            raise ValueError(f"row {i} has an empty prompt; a response token needs at least one prompt token before it")
+        n = len(row["response_ids"])
+        for key in per_token_keys:
+            if np.shape(row[key]) != (n,):
+                raise ValueError(
+                    f"row {i}: {key!r} has shape {np.shape(row[key])}; it must have one value per response token ({n},)"
+                )
+
+
+def row_length(row: Row) -> int:
+    """Prompt plus response tokens of one row."""
+    return len(row["prompt_ids"]) + len(row["response_ids"])
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded model inputs for a few rows, with the indices that line logits up with response tokens."""
+
+    input_ids: torch.Tensor
+    """[B, S] prompt then response ids, right-padded with 0."""
+    attention_mask: torch.Tensor
+    """[B, S] 1 on real tokens, 0 on padding."""
+    position_ids: torch.Tensor
+    """[B, S] 0, 1, 2, ... along each row (padding positions continue the count; they are masked anyway)."""
+    logit_index: torch.Tensor
+    """[B, T] position whose logits predict each response token (prompt length + j - 1), clamped on padding."""
+    response_ids: torch.Tensor
+    """[B, T] response token ids, right-padded with 0."""
+    response_mask: torch.Tensor
+    """[B, T] 1.0 on real response tokens, 0.0 on padding."""
+    response_lengths: list[int]
+    """Real response length of each row, to cut [B, T] results back into per-row arrays."""
+
+    def response_values(self, rows: Sequence[Row], key: str) -> torch.Tensor:
+        """[B, T] float32 tensor of a per-response-token array from each row, zero on padding."""
+        out = torch.zeros(self.response_ids.shape, dtype=torch.float32)
+        for b, (row, n) in enumerate(zip(rows, self.response_lengths)):
+            values = np.asarray(row[key], dtype=np.float32)
+            if values.shape != (n,):
+                raise ValueError(
+                    f"row {b}: {key!r} has shape {values.shape}; it must have one value per response token ({n},)"
+                )
+            out[b, :n] = torch.tensor(values)
+        return out
+
+    def logprobs_and_entropy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T] logprob of each response token and entropy of its predicting distribution, from [B, S, V] logits.
+
+        Only the response positions are put through log-softmax (in float32), so prompts cost no vocab-sized work.
+        """
+        index = self.logit_index.to(logits.device).unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        logp = torch.log_softmax(torch.gather(logits, 1, index).float(), dim=-1)
+        token_logp = logp.gather(-1, self.response_ids.to(logits.device).unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        mask = self.response_mask.to(logits.device)
+        return token_logp * mask, entropy * mask
+
+    def split(self, values: torch.Tensor) -> list[np.ndarray]:
+        """Cut a [B, T] tensor into per-row float32 arrays of each row's real response length."""
+        values = values.detach().float().cpu().numpy()
+        return [values[b, :n].copy() for b, n in enumerate(self.response_lengths)]
+
+    def to(self, device: torch.device | str) -> MicroBatch:
+        """The same micro-batch with every tensor on `device`."""
+        return MicroBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            position_ids=self.position_ids.to(device),
+            logit_index=self.logit_index.to(device),
+            response_ids=self.response_ids.to(device),
+            response_mask=self.response_mask.to(device),
+            response_lengths=self.response_lengths,
+        )
+
+
+def pad_rows(rows: Sequence[Row]) -> MicroBatch:
+    """Right-pad rows (prompt + response) into one micro-batch."""
+    if not rows:
+        raise ValueError("pad_rows needs at least one row")
+    prompt_lens = [len(r["prompt_ids"]) for r in rows]
+    resp_lens = [len(r["response_ids"]) for r in rows]
+    for b, p in enumerate(prompt_lens):
+        # The first response token is predicted from the last prompt position.
+        if p < 1:
+            raise ValueError(f"row {b} has an empty prompt; a response token needs at least one prompt token before it")
+    seq_len = max(p + t for p, t in zip(prompt_lens, resp_lens))
+    resp_len = max(max(resp_lens), 1)
+    batch = len(rows)
+    input_ids = torch.zeros(batch, seq_len, dtype=torch.long)
+    attention_mask = torch.zeros(batch, seq_len, dtype=torch.long)
+    response_ids = torch.zeros(batch, resp_len, dtype=torch.long)
+    response_mask = torch.zeros(batch, resp_len, dtype=torch.float32)
+    logit_index = torch.zeros(batch, resp_len, dtype=torch.long)
+    for b, row in enumerate(rows):
+        p, t = prompt_lens[b], resp_lens[b]
+        ids = np.concatenate([np.asarray(row["prompt_ids"]), np.asarray(row["response_ids"])]).astype(np.int64)
+        input_ids[b, : p + t] = torch.from_numpy(ids)
+        attention_mask[b, : p + t] = 1
+        response_ids[b, :t] = input_ids[b, p : p + t]
+        response_mask[b, :t] = 1.0
+        logit_index[b] = torch.clamp(torch.arange(resp_len) + p - 1, max=seq_len - 1)
+    position_ids = torch.arange(seq_len).unsqueeze(0).expand(batch, -1).clone()
+    return MicroBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logit_index=logit_index,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        response_lengths=resp_lens,
+    )

@@ -1,0 +1,348 @@
+"""One data-parallel learner rank: a DeepSpeed ZeRO-3 engine that scores rows, trains on them and serves weights."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# DeepSpeed picks its accelerator once, at import; say it explicitly so a CPU box never probes for CUDA.
+os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+
+import deepspeed  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from deepspeed.accelerator import get_accelerator  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
+from memrl.learner.losses import LossConfig, compute_loss  # noqa: E402
+from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_buckets  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""Training dtypes a learner accepts, by name."""
+
+TRAIN_KEYS = ("loss_mask", "old_logprobs", "advantages")
+"""Per-response-token arrays every training row carries besides its ids; "ref_logprobs" is optional (all or none)."""
+
+# Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
+
+
+@dataclass
+class LearnerConfig:
+    """How each learner rank builds its model, optimizer and micro-batches."""
+
+    model_path: str
+    """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference)."""
+    lr: float = 1e-6
+    """AdamW learning rate (constant)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW moment decay rates."""
+    eps: float = 1e-8
+    """AdamW denominator epsilon."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 turns clipping off."""
+    zero_stage: int = 3
+    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters."""
+    param_persistence_threshold: int = 100_000
+    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
+    token_budget: int = 8192
+    """Most padded tokens (rows x longest row) in one forward pass."""
+    seed: int = 0
+    """Seed for torch's RNG on every rank."""
+    compute_ref: bool = False
+    """Also keep a frozen copy of the initial model to compute reference logprobs (KL terms)."""
+    dtype: str = "float32"
+    """Parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend: "sdpa" or "eager" (or "flash_attention_2" where installed)."""
+    dist_timeout_s: float = 1800.0
+    """Timeout of the learners' collectives; a rank that never arrives fails the step instead of hanging."""
+
+    def __post_init__(self) -> None:
+        if not Path(self.model_path).is_dir():
+            raise ValueError(f"LearnerConfig.model_path {self.model_path!r} is not a local checkpoint directory")
+        if not self.lr > 0:
+            raise ValueError(f"LearnerConfig.lr must be > 0, got {self.lr}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"LearnerConfig.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"LearnerConfig.betas must be two values in [0, 1), got {self.betas}")
+        if not self.eps > 0:
+            raise ValueError(f"LearnerConfig.eps must be > 0, got {self.eps}")
+        if not self.grad_clip >= 0:
+            raise ValueError(f"LearnerConfig.grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
+        if self.zero_stage not in (1, 2, 3):
+            raise ValueError(f"LearnerConfig.zero_stage must be 1, 2 or 3, got {self.zero_stage}")
+        if self.param_persistence_threshold < 0:
+            raise ValueError(
+                f"LearnerConfig.param_persistence_threshold must be >= 0, got {self.param_persistence_threshold}"
+            )
+        if self.token_budget < 1:
+            raise ValueError(f"LearnerConfig.token_budget must be >= 1, got {self.token_budget}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"LearnerConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not self.dist_timeout_s > 0:
+            raise ValueError(f"LearnerConfig.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
+
+
+def deepspeed_config(config: LearnerConfig, train: bool) -> dict:
+    """The DeepSpeed config of the policy engine (train=True) or the frozen reference engine."""
+    ds = {
+        # Batches are ours (token-budget micro-batches); DeepSpeed only needs consistent numbers here.
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        # ZeRO-1/2 partition only optimizer state and gradients, which a frozen model has none of.
+        "zero_optimization": {"stage": config.zero_stage if train or config.zero_stage == 3 else 0},
+        "bf16": {"enabled": config.dtype == "bfloat16"},
+        "steps_per_print": 1 << 62,
+        "wall_clock_breakdown": False,
+    }
+    if config.zero_stage == 3:
+        ds["zero_optimization"]["stage3_param_persistence_threshold"] = config.param_persistence_threshold
+    if train:
+        # Each train_step runs a varying number of backward passes and then exactly one step(): in unmanaged
+        # mode backward() only accumulates and every step() is the boundary that reduces and updates.
+        ds["managed_gradient_accumulation"] = False
+        ds["gradient_clipping"] = config.grad_clip
+    return ds
+
+
+class Learner:
+    """One rank of the data-parallel learner group (the group runs it as a Ray actor)."""
+
+    def __init__(self, config: LearnerConfig, rank: int, world_size: int, master_addr: str, master_port: int):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"learner rank {rank} is outside world size {world_size}")
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        # Ray gives each learner its own GPU (or none), so the local device is always index 0.
+        os.environ.update(
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",
+        )
+        get_accelerator().set_device(0)
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        deepspeed.init_distributed(
+            dist_backend=backend, timeout=timedelta(seconds=config.dist_timeout_s), verbose=False
+        )
+        self.device = torch.device(get_accelerator().current_device_name())
+        torch.manual_seed(config.seed)
+        self._sync_pg = None
+
+        train_ds = deepspeed_config(config, train=True)
+        model = self._load_model()
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+        )
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=train_ds)
+        self.ref_engine = None
+        if config.compute_ref:
+            ref_ds = deepspeed_config(config, train=False)
+            ref_model = self._load_model().requires_grad_(False)
+            self.ref_engine, _, _, _ = deepspeed.initialize(model=ref_model, config=ref_ds)
+            self.ref_engine.eval()
+
+    def _load_model(self) -> torch.nn.Module:
+        # Every rank loads the full checkpoint and deepspeed.initialize partitions it. (Loading straight into
+        # partitions needs transformers' HfDeepSpeedConfig, which requires the accelerate package.)
+        model = AutoModelForCausalLM.from_pretrained(
+            self.config.model_path,
+            dtype=DTYPES[self.config.dtype],
+            attn_implementation=self.config.attn_implementation,
+        )
+        model.config.use_cache = False
+        return model
+
+    def _max_over_ranks(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.long, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def _forward(self, engine, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        out = engine(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            position_ids=mb.position_ids,
+            use_cache=False,
+        )
+        return mb.logprobs_and_entropy(out.logits)
+
+    def _dummy_batch(self) -> MicroBatch:
+        # ZeRO-3 gathers parameters collectively in every forward and reduces gradients in every backward,
+        # so a rank with fewer micro-batches runs this one-token pass until all ranks are done.
+        return pad_rows([{"prompt_ids": np.zeros(1, np.int64), "response_ids": np.zeros(1, np.int64)}]).to(
+            self.device
+        )
+
+    def compute_logprobs(
+        self, rows: Sequence[Row], reference: bool = False
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per-row logprob and entropy of each response token, under the policy or (reference=True) the frozen model.
+
+        Every rank must call this at the same time (ranks may hold different numbers of rows, even none).
+        """
+        if reference and self.ref_engine is None:
+            raise ValueError("reference logprobs need LearnerConfig.compute_ref=True")
+        check_rows(rows)
+        engine = self.ref_engine if reference else self.engine
+        engine.eval()
+        batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
+        logprobs: list[np.ndarray | None] = [None] * len(rows)
+        entropy: list[np.ndarray | None] = [None] * len(rows)
+        with torch.no_grad():
+            for i in range(self._max_over_ranks(len(batches))):
+                if i >= len(batches):
+                    self._forward(engine, self._dummy_batch())
+                    continue
+                mb = pad_rows([rows[j] for j in batches[i]]).to(self.device)
+                lp, ent = self._forward(engine, mb)
+                for j, lp_row, ent_row in zip(batches[i], mb.split(lp), mb.split(ent)):
+                    logprobs[j], entropy[j] = lp_row, ent_row
+        return logprobs, entropy
+
+    def train_step(
+        self,
+        rows: Sequence[Row],
+        loss_config: LossConfig,
+        num_tokens: float,
+        num_seqs: float,
+        max_tokens: int | None = None,
+    ) -> dict[str, float]:
+        """Forward/backward every micro-batch of `rows`, then take exactly one optimizer step.
+
+        num_tokens / num_seqs are the GLOBAL loss-token and row counts of the step (all ranks), so the
+        micro-batch losses of all ranks sum to the step's mean loss. Every rank must call this at the same time.
+        Returns this rank's sums (loss, loss metrics, tokens, rows, micro_batches, forward_passes) plus the
+        step's grad_norm (before clipping) and lr.
+        """
+        has_ref = check_train_rows(rows)
+        batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
+        num_passes = self._max_over_ranks(len(batches))
+        self.engine.train()
+        sums: dict[str, float] = {"loss": 0.0, "tokens": 0.0}
+        for i in range(num_passes):
+            if i < len(batches):
+                mb_rows = [rows[j] for j in batches[i]]
+                mb = pad_rows(mb_rows).to(self.device)
+                logprobs, entropy = self._forward(self.engine, mb)
+                mask = (mb.response_values(mb_rows, "loss_mask").to(self.device) > 0).float() * mb.response_mask
+                loss, metrics = compute_loss(
+                    loss_config,
+                    logprobs,
+                    mb.response_values(mb_rows, "old_logprobs").to(self.device),
+                    mb.response_values(mb_rows, "advantages").to(self.device),
+                    mask,
+                    num_tokens,
+                    num_seqs,
+                    ref_logprobs=mb.response_values(mb_rows, "ref_logprobs").to(self.device) if has_ref else None,
+                    entropy=entropy,
+                    max_tokens=max_tokens,
+                )
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                sums["loss"] += loss.item()
+                sums["tokens"] += mask.sum().item()
+            else:
+                lp, _ = self._forward(self.engine, self._dummy_batch())
+                loss = lp.sum() * 0.0
+            # DeepSpeed averages gradients over ranks, but the loss is already a share of the global mean.
+            self.engine.backward(loss * self.world_size)
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()
+        sums.update(
+            rows=float(len(rows)),
+            micro_batches=float(len(batches)),
+            forward_passes=float(num_passes),
+            grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+            lr=float(self.engine.get_lr()[0]),
+        )
+        return sums
+
+    def _named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return list(self.engine.module.named_parameters())
+
+    def weight_metas(self) -> list[TensorMeta]:
+        """(HF name, full shape, dtype) of every parameter, in the order broadcast_weights sends them."""
+        return [
+            (name, tuple(getattr(p, "ds_shape", p.shape)), str(p.dtype).removeprefix("torch."))
+            for name, p in self._named_parameters()
+        ]
+
+    def gather_state_dict_for_sync(self) -> dict[str, torch.Tensor] | None:
+        """Full parameters with HF names, as CPU tensors on rank 0 (None elsewhere); every rank must call this."""
+        state: dict[str, torch.Tensor] = {}
+        # One parameter at a time: no rank ever holds the whole model on its device.
+        for name, p in self._named_parameters():
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                if self.rank == 0:
+                    state[name] = p.detach().to("cpu", copy=True)
+        return state if self.rank == 0 else None
+
+    def init_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the weight-sync group as its rank 0 (engines are 1..world_size-1); other ranks do nothing."""
+        if self.rank == 0:
+            self._sync_pg = init_group(host, port, 0, world_size, backend)
+
+    def broadcast_weights(self, version: int, bucket_bytes: int) -> dict[str, float]:
+        """Gather parameters bucket by bucket and broadcast them from rank 0; every rank must call this.
+
+        Returns the version, bytes sent (0 on ranks other than 0) and seconds taken.
+        """
+        if self.rank == 0 and self._sync_pg is None:
+            raise RuntimeError("broadcast_weights needs init_weight_sync first")
+        start = time.perf_counter()
+        named = dict(self._named_parameters())
+        sent = 0
+        # One bucket gathered at a time keeps peak memory at one bucket, not the whole model.
+        for bucket in plan_buckets(self.weight_metas(), bucket_bytes):
+            params = [named[name] for name, _, _ in bucket]
+            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                if self.rank == 0:
+                    tensors = {name: named[name].data for name, _, _ in bucket}
+                    sent += broadcast_send(self._sync_pg, tensors, bucket, bucket_bytes)
+        return {"version": float(version), "bytes": float(sent), "seconds": time.perf_counter() - start}
+
+    def save_checkpoint(self, path: str) -> None:
+        """DeepSpeed checkpoint of this rank's shard (weights, optimizer, step count); every rank must call this."""
+        self.engine.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore a save_checkpoint directory written by a group of the same size; every rank must call this."""
+        load_path, _ = self.engine.load_checkpoint(path)
+        if load_path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint found in {path!r} (expected a 'latest' file there)")
+
+    def save_hf(self, path: str) -> None:
+        """Write a plain Hugging Face checkpoint (rank 0) that transformers and vLLM load; every rank must call this."""
+        state_dict = self.gather_state_dict_for_sync()
+        if self.rank != 0:
+            return
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        for src in Path(self.config.model_path).iterdir():
+            if src.is_file() and not src.name.endswith(_WEIGHT_SUFFIXES):
+                shutil.copy2(src, out / src.name)
+        self.engine.module.save_pretrained(out, state_dict=state_dict)
+
+
+def check_train_rows(rows: Sequence[Row]) -> bool:
+    """Raise a ValueError on a row unfit for train_step; return whether the rows carry ref_logprobs."""
+    with_ref = sum("ref_logprobs" in row for row in rows)
+    if 0 < with_ref < len(rows):
+        raise ValueError(f"{with_ref} of {len(rows)} training rows carry ref_logprobs; it must be all rows or none")
+    check_rows(rows, TRAIN_KEYS + (("ref_logprobs",) if with_ref else ()))
+    return with_ref > 0

@@ -1,0 +1,181 @@
+"""A data-parallel group of DeepSpeed learners as Ray actors: splits rows over ranks and merges their results."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from memrl.learner.batching import Row, check_rows, row_length
+from memrl.learner.learner import Learner, LearnerConfig, check_train_rows
+from memrl.learner.losses import LossConfig
+from memrl.weight_sync import TensorMeta
+
+SAME_ON_ALL_RANKS = ("grad_norm", "lr")
+"""train_step metrics every rank reports identically; the group takes rank 0's. All others are summed."""
+
+
+def split_rows(lengths: Sequence[int], num_ranks: int) -> list[list[int]]:
+    """Assign row indices to ranks so their token totals are balanced; deterministic.
+
+    Longest rows first, each to the rank with the fewest tokens so far (lowest rank on ties);
+    each rank's indices come back in ascending order.
+    """
+    if num_ranks < 1:
+        raise ValueError(f"num_ranks must be >= 1, got {num_ranks}")
+    parts: list[list[int]] = [[] for _ in range(num_ranks)]
+    totals = [0] * num_ranks
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = min(range(num_ranks), key=lambda r: (totals[r], r))
+        parts[r].append(i)
+        totals[r] += lengths[i]
+    return [sorted(p) for p in parts]
+
+
+@ray.remote(num_cpus=0)
+def _free_address() -> tuple[str, int]:
+    # Runs where rank 0 will run, so the rendezvous port is free on that node.
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+
+class LearnerGroup:
+    """N Learner actors forming one DeepSpeed data-parallel world."""
+
+    def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0):
+        if num_learners < 1:
+            raise ValueError(f"num_learners must be >= 1, got {num_learners}")
+        if num_gpus_per_learner < 0:
+            raise ValueError(f"num_gpus_per_learner must be >= 0, got {num_gpus_per_learner}")
+        self.config = config
+        self.num_learners = num_learners
+        bundle = {"CPU": 1, "GPU": num_gpus_per_learner} if num_gpus_per_learner else {"CPU": 1}
+        self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
+        ray.get(self._pg.ready())
+        host, port = self.free_address()
+        actor_cls = ray.remote(Learner)
+        self.learners = [
+            actor_cls.options(
+                num_cpus=1,
+                num_gpus=num_gpus_per_learner,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
+            ).remote(config, rank, num_learners, host, port)
+            for rank in range(num_learners)
+        ]
+        # Surface a failed start here rather than at the first call.
+        ray.get([a.__ray_ready__.remote() for a in self.learners])
+
+    def free_address(self) -> tuple[str, int]:
+        """(IP, free port) on rank 0's node: where a group with rank 0 as its master can listen."""
+        return ray.get(
+            _free_address.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=0)
+            ).remote()
+        )
+
+    def _call(self, method: str, *args: Any, per_rank_args: list[tuple] | None = None, wait: bool = True):
+        """Run a method on every learner at once (collectives need all ranks); results in rank order."""
+        refs = [
+            getattr(actor, method).remote(*(per_rank_args[rank] if per_rank_args else args))
+            for rank, actor in enumerate(self.learners)
+        ]
+        return ray.get(refs) if wait else refs
+
+    def compute_logprobs(
+        self, rows: Sequence[Row], reference: bool = False
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per-row response-token logprobs and entropies, in the order of `rows` (reference=True: frozen model)."""
+        # Bad rows are refused here: a rank that failed mid-call would leave the others waiting in a collective.
+        check_rows(rows)
+        parts = split_rows([row_length(r) for r in rows], self.num_learners)
+        results = self._call(
+            "compute_logprobs", per_rank_args=[([rows[i] for i in part], reference) for part in parts]
+        )
+        logprobs: list[np.ndarray | None] = [None] * len(rows)
+        entropy: list[np.ndarray | None] = [None] * len(rows)
+        for part, (lp, ent) in zip(parts, results):
+            for i, lp_row, ent_row in zip(part, lp, ent):
+                logprobs[i], entropy[i] = lp_row, ent_row
+        return logprobs, entropy
+
+    def train_step(
+        self, rows: Sequence[Row], loss_config: LossConfig, max_tokens: int | None = None
+    ) -> dict[str, float]:
+        """One optimizer step on all `rows`, split over the ranks; returns merged metrics.
+
+        Loss metrics, tokens, rows and passes are summed over ranks (losses are shares of the global mean,
+        so their sum is the step's value); grad_norm and lr are the same on every rank.
+        """
+        if not rows:
+            raise ValueError("train_step needs at least one row")
+        check_train_rows(rows)
+        num_tokens = float(sum(int(np.count_nonzero(np.asarray(r["loss_mask"]))) for r in rows))
+        if num_tokens == 0:
+            raise ValueError(f"train_step got {len(rows)} rows but none has a loss token (every loss_mask is 0)")
+        parts = split_rows([row_length(r) for r in rows], self.num_learners)
+        results = self._call(
+            "train_step",
+            per_rank_args=[
+                ([rows[i] for i in part], loss_config, num_tokens, float(len(rows)), max_tokens) for part in parts
+            ],
+        )
+        merged: dict[str, float] = {}
+        for result in results:
+            for key, value in result.items():
+                if key not in SAME_ON_ALL_RANKS:
+                    merged[key] = merged.get(key, 0.0) + value
+        for key in SAME_ON_ALL_RANKS:
+            merged[key] = results[0][key]
+        return merged
+
+    def weight_metas(self) -> list[TensorMeta]:
+        """(HF name, shape, dtype) of every parameter, in broadcast order (what engines allocate to receive)."""
+        return ray.get(self.learners[0].weight_metas.remote())
+
+    def gather_state_dict(self) -> dict:
+        """Full parameters with HF names (CPU tensors), gathered by all ranks and returned from rank 0."""
+        return self._call("gather_state_dict_for_sync")[0]
+
+    def init_weight_sync(self, host: str, port: int, world_size: int, backend: str, wait: bool = True):
+        """Learner rank 0 joins the weight-sync group as rank 0.
+
+        Joining blocks until every engine has joined too: pass wait=False to get Ray refs, start the engines'
+        joins, then ray.get the refs.
+        """
+        return self._call("init_weight_sync", host, port, world_size, backend, wait=wait)
+
+    def broadcast_weights(self, version: int, bucket_bytes: int = 64 << 20, wait: bool = True):
+        """Broadcast all weights from rank 0; returns rank 0's {"version", "bytes", "seconds"}.
+
+        The engines must receive at the same time: pass wait=False to get Ray refs (rank order), start the
+        engines' receives, then ray.get the refs.
+        """
+        refs = self._call("broadcast_weights", version, bucket_bytes, wait=False)
+        return ray.get(refs)[0] if wait else refs
+
+    def save_checkpoint(self, path: str) -> None:
+        """DeepSpeed checkpoint (weights, optimizer, step) of every rank under `path` (a directory all ranks see)."""
+        self._call("save_checkpoint", path)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore a save_checkpoint directory written by a group with the same number of learners."""
+        self._call("load_checkpoint", path)
+
+    def save_hf(self, path: str) -> None:
+        """Write a plain Hugging Face checkpoint (tokenizer files copied from model_path) to `path`."""
+        self._call("save_hf", path)
+
+    def shutdown(self) -> None:
+        """Stop the learner actors and free their placement group; safe to call twice."""
+        for actor in self.learners:
+            ray.kill(actor)
+        self.learners = []
+        if self._pg is not None:
+            remove_placement_group(self._pg)
+            self._pg = None

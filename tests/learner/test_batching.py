@@ -1,0 +1,102 @@
+"""Tests for token-budget micro-batching, row padding and the response-aligned logprob view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from memrl.learner.batching import make_micro_batches, pad_rows
+from memrl.learner.learner_group import split_rows
+
+
+def test_micro_batches_respect_budget_and_cover_every_row_once():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 60, size=200).tolist()
+    budget = 100
+    batches = make_micro_batches(lengths, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= budget
+    # Rows are packed together, not one per micro-batch.
+    assert len(batches) < len(lengths) / 2
+
+
+def test_row_longer_than_budget_gets_its_own_micro_batch():
+    batches = make_micro_batches([5, 50, 4, 3], token_budget=12)
+    assert [1] in batches
+    assert sorted(i for b in batches for i in b) == [0, 1, 2, 3]
+    for b in batches:
+        if b != [1]:
+            assert len(b) * max([5, 50, 4, 3][i] for i in b) <= 12
+
+
+def test_micro_batches_are_deterministic_and_pack_longest_first():
+    lengths = [3, 9, 3, 9, 2]
+    assert make_micro_batches(lengths, 18) == make_micro_batches(list(lengths), 18)
+    # 9, 9 fill 18; then 3, 3, 2 pad to 9 <= 18.
+    assert make_micro_batches(lengths, 18) == [[1, 3], [0, 2, 4]]
+
+
+@pytest.mark.parametrize("lengths, budget, match", [([3], 0, "token_budget"), ([3, 0], 8, "row 1")])
+def test_micro_batches_reject_bad_input(lengths, budget, match):
+    with pytest.raises(ValueError, match=match):
+        make_micro_batches(lengths, budget)
+
+
+def test_split_rows_balances_tokens_deterministically():
+    lengths = [36, 12, 10, 9, 8]
+    parts = split_rows(lengths, 2)
+    assert parts == [[0], [1, 2, 3, 4]] == split_rows(lengths, 2)
+    assert split_rows([5, 5, 5], 4) == [[0], [1], [2], []]
+    with pytest.raises(ValueError, match="num_ranks"):
+        split_rows([1], 0)
+
+
+def _row(prompt, response, **arrays):
+    return {"prompt_ids": np.array(prompt), "response_ids": np.array(response), **arrays}
+
+
+def test_pad_rows_lines_logits_up_with_response_tokens():
+    rows = [_row([5, 6, 7], [8, 9]), _row([4], [3, 2, 1])]
+    mb = pad_rows(rows)
+    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9], [4, 3, 2, 1, 0]]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4]] * 2
+    assert mb.response_ids.tolist() == [[8, 9, 0], [3, 2, 1]]
+    assert mb.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    # Token at position p is predicted by the logits at p - 1.
+    assert mb.logit_index[0, :2].tolist() == [2, 3]
+    assert mb.logit_index[1].tolist() == [0, 1, 2]
+
+    # Logits that put all mass on token (position + 1) make exactly the real next tokens certain.
+    vocab = 12
+    logits = torch.full((2, 5, vocab), -30.0)
+    for b in range(2):
+        for s in range(4):
+            logits[b, s, mb.input_ids[b, s + 1]] = 30.0
+    logprobs, entropy = mb.logprobs_and_entropy(logits)
+    assert logprobs.shape == entropy.shape == (2, 3)
+    assert torch.allclose(logprobs, torch.zeros(2, 3), atol=1e-6)
+    assert torch.allclose(entropy, torch.zeros(2, 3), atol=1e-6)
+    # Uniform logits: logprob -log V and entropy log V on real tokens, 0 on padding.
+    logprobs, entropy = mb.logprobs_and_entropy(torch.zeros(2, 5, vocab))
+    expected = torch.log(torch.tensor(float(vocab))) * mb.response_mask
+    assert torch.allclose(-logprobs, expected) and torch.allclose(entropy, expected)
+    assert [a.tolist() for a in mb.split(torch.arange(6.0).view(2, 3))] == [[0.0, 1.0], [3.0, 4.0, 5.0]]
+
+
+def test_response_values_pad_and_check_lengths():
+    rows = [_row([1], [2, 3], advantages=np.array([0.5, -1.0])), _row([1, 2], [4], advantages=np.array([2.0]))]
+    mb = pad_rows(rows)
+    assert mb.response_values(rows, "advantages").tolist() == [[0.5, -1.0], [2.0, 0.0]]
+    bad = [rows[0], _row([1, 2], [4], advantages=np.array([2.0, 1.0]))]
+    with pytest.raises(ValueError, match="row 1: 'advantages'"):
+        pad_rows(bad).response_values(bad, "advantages")
+
+
+def test_pad_rows_rejects_empty_prompt_and_empty_batch():
+    with pytest.raises(ValueError, match="empty prompt"):
+        pad_rows([_row([], [1, 2])])
+    with pytest.raises(ValueError, match="at least one row"):
+        pad_rows([])

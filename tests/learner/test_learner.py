@@ -1,0 +1,293 @@
+"""Tests for the DeepSpeed ZeRO-3 learners: 2 ranks as Ray actors against plain transformers on one process.
+
+The slow tests share one LearnerGroup and run in file order: the read-only checks first, then the
+training check (which needs the group's first optimizer step), then the checkpoint test, which shuts the
+group down before starting a fresh one, and the ZeRO-2 check last (at most 2 learner actors at a time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+import numpy as np
+import pytest
+import ray
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from memrl.learner.learner import LearnerConfig, check_train_rows
+from memrl.learner.learner_group import LearnerGroup
+from memrl.learner.losses import LossConfig, compute_loss
+from memrl.weight_sync import broadcast_recv, init_group
+
+TOKEN_BUDGET = 24
+
+
+def _config(model_path) -> LearnerConfig:
+    return LearnerConfig(
+        model_path=str(model_path),
+        lr=1e-3,
+        weight_decay=0.01,
+        betas=(0.9, 0.95),
+        # With eps 1e-8, Adam turns float32 summation-order noise on gradients near 1e-9 (cancellations) into
+        # weight differences near 1e-5; 1e-6 damps that so weights can be compared at 1e-5 after lr-1e-3 steps.
+        eps=1e-6,
+        grad_clip=1.0,
+        token_budget=TOKEN_BUDGET,
+        # Partition every parameter, however small, so gathers are really exercised.
+        param_persistence_threshold=0,
+        compute_ref=True,
+    )
+
+
+def _rows(seed: int, shapes: list[tuple[int, int]]) -> list[dict[str, np.ndarray]]:
+    """Rows with random ids, some loss-masked tokens and varied per-token advantages (no logprobs yet)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for prompt_len, resp_len in shapes:
+        mask = (rng.random(resp_len) > 0.25).astype(np.int8)
+        mask[0] = 1
+        rows.append(
+            {
+                "prompt_ids": rng.integers(3, 1000, prompt_len).astype(np.int32),
+                "response_ids": rng.integers(3, 1000, resp_len).astype(np.int32),
+                "loss_mask": mask,
+                "advantages": (rng.normal() + 0.3 * rng.normal(size=resp_len)).astype(np.float32),
+            }
+        )
+    return rows
+
+
+def _hf_logprobs(model, row) -> tuple[torch.Tensor, torch.Tensor]:
+    """Response-token logprobs and entropies from one unpadded transformers forward of a single row."""
+    prompt, response = np.asarray(row["prompt_ids"]), np.asarray(row["response_ids"])
+    ids = torch.tensor(np.concatenate([prompt, response]), dtype=torch.long)[None]
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    token_logp = logp.gather(-1, torch.tensor(response, dtype=torch.long)[:, None]).squeeze(-1)
+    return token_logp, -(logp.exp() * logp).sum(-1)
+
+
+def _load_hf(path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _assert_same_weights(actual: dict, expected: dict, atol: float) -> None:
+    assert list(actual) == list(expected)
+    for name, tensor in expected.items():
+        assert actual[name].shape == tensor.shape, name
+        diff = (actual[name] - tensor).abs().max().item()
+        assert diff <= atol, f"{name}: max abs diff {diff}"
+
+
+# --- fast checks (no actors) -------------------------------------------------------------------------------------
+
+
+def test_config_names_bad_values(tiny_checkpoint):
+    with pytest.raises(ValueError, match="model_path"):
+        LearnerConfig(model_path="/no/such/checkpoint")
+    with pytest.raises(ValueError, match="zero_stage"):
+        LearnerConfig(model_path=str(tiny_checkpoint), zero_stage=0)
+    with pytest.raises(ValueError, match="dtype"):
+        LearnerConfig(model_path=str(tiny_checkpoint), dtype="float16")
+
+
+def test_train_rows_are_checked_before_any_rank_runs():
+    rows = _rows(0, [(3, 4), (2, 2)])
+    for row in rows:
+        row["old_logprobs"] = np.zeros(len(row["response_ids"]), np.float32)
+    assert check_train_rows(rows) is False
+    rows[0]["ref_logprobs"] = rows[0]["old_logprobs"]
+    with pytest.raises(ValueError, match="all rows or none"):
+        check_train_rows(rows)
+    rows[1]["ref_logprobs"] = np.zeros(5, np.float32)
+    with pytest.raises(ValueError, match="row 1: 'ref_logprobs'"):
+        check_train_rows(rows)
+    del rows[0]["advantages"]
+    with pytest.raises(ValueError, match="row 0 is missing"):
+        check_train_rows(rows)
+
+
+# --- one shared 2-rank group ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def group(ray_session, tiny_checkpoint):
+    g = LearnerGroup(_config(tiny_checkpoint), num_learners=2)
+    yield g
+    g.shutdown()
+
+
+@pytest.mark.slow
+def test_zero3_logprobs_match_transformers(group, tiny_checkpoint):
+    model = _load_hf(tiny_checkpoint)
+    rows = _rows(1, [(20, 16), (6, 6), (5, 5), (1, 3), (4, 4), (30, 2)])
+    with torch.no_grad():
+        expected = [_hf_logprobs(model, row) for row in rows]
+    for reference in (False, True):
+        logprobs, entropy = group.compute_logprobs(rows, reference=reference)
+        for (exp_lp, exp_ent), lp, ent in zip(expected, logprobs, entropy):
+            np.testing.assert_allclose(lp, exp_lp.numpy(), atol=1e-5, rtol=0)
+            np.testing.assert_allclose(ent, exp_ent.numpy(), atol=1e-5, rtol=0)
+    # One row: the other rank holds none and only runs padding passes.
+    (lp,), _ = group.compute_logprobs(rows[:1])
+    np.testing.assert_allclose(lp, expected[0][0].numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_gathered_weights_equal_checkpoint_and_broadcast_delivers_them(group, tiny_checkpoint):
+    state = group.gather_state_dict()
+    expected = _load_hf(tiny_checkpoint).state_dict()
+    assert list(state) == list(expected)
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name
+    metas = group.weight_metas()
+    assert [(n, s) for n, s, _ in metas] == [(n, tuple(t.shape)) for n, t in expected.items()]
+
+    port = _free_port()
+    joins = group.init_weight_sync("127.0.0.1", port, 2, "gloo", wait=False)
+    pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=120)
+    ray.get(joins)
+    bucket_bytes = 1 << 16  # several buckets, so the gather-per-bucket path runs many times
+    sends = group.broadcast_weights(version=7, bucket_bytes=bucket_bytes, wait=False)
+    received = {name: t.clone() for name, t in broadcast_recv(pg, metas, bucket_bytes)}
+    info = ray.get(sends)[0]
+    assert info["version"] == 7
+    assert info["bytes"] == sum(t.numel() * t.element_size() for t in expected.values())
+    assert list(received) == list(expected)
+    for name, tensor in expected.items():
+        assert torch.equal(received[name], tensor), name
+
+
+@pytest.mark.slow
+def test_train_step_refuses_rows_without_loss_tokens(group):
+    rows = _rows(0, [(3, 4)])
+    rows[0]["loss_mask"][:] = 0
+    rows[0]["old_logprobs"] = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="loss token"):
+        group.train_step(rows, LossConfig())
+    with pytest.raises(ValueError, match="at least one row"):
+        group.train_step([], LossConfig())
+
+
+# Step 1: rank 0 gets the 36-token row (1 micro-batch), rank 1 the four short rows (2 micro-batches).
+# Step 2: a single row, so rank 1 runs only padding passes. Step 3: a mixed batch.
+TRAIN_SHAPES = [
+    [(20, 16), (6, 6), (5, 5), (4, 5), (4, 4)],
+    [(12, 20)],
+    [(3, 9), (7, 2), (10, 10), (2, 5), (8, 8), (5, 3), (1, 12)],
+]
+
+
+@pytest.mark.slow
+def test_train_step_equals_single_process_full_batch(group, tiny_checkpoint):
+    _check_train_steps_match_single_process(group, _config(tiny_checkpoint), TRAIN_SHAPES)
+
+
+def _check_train_steps_match_single_process(group, config, steps_shapes):
+    """Train the group's fresh optimizer and plain torch AdamW on the same rows; compare loss, norm, weights."""
+    loss_config = LossConfig(kl_coef=0.1, entropy_coef=0.01)
+    model = _load_hf(config.model_path).train()
+    initial = _load_hf(config.model_path)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+    )
+    rng = np.random.default_rng(0)
+    for step, shapes in enumerate(steps_shapes):
+        rows = _rows(10 + step, shapes)
+        logprobs, _ = group.compute_logprobs(rows)
+        ref_logprobs, _ = group.compute_logprobs(rows, reference=True)
+        for row, lp, ref in zip(rows, logprobs, ref_logprobs):
+            # Off-policy enough that some ratios leave the clip range.
+            row["old_logprobs"] = (lp + rng.normal(scale=0.3, size=lp.shape)).astype(np.float32)
+            row["ref_logprobs"] = ref
+            with torch.no_grad():
+                # The reference model stays at the initial weights while the policy trains.
+                np.testing.assert_allclose(ref, _hf_logprobs(initial, row)[0].numpy(), atol=1e-5, rtol=0)
+
+        metrics = group.train_step(rows, loss_config)
+        if step in (0, 1):
+            # Ranks ran different numbers of real micro-batches; the short one padded with empty passes.
+            assert metrics["forward_passes"] > metrics["micro_batches"]
+
+        # The same loss on one process, full batch: per-row terms normalised by the global counts sum to the mean.
+        num_tokens = float(sum(int(row["loss_mask"].sum()) for row in rows))
+        optimizer.zero_grad()
+        total_loss = 0.0
+        for row in rows:
+            lp, ent = _hf_logprobs(model, row)
+            loss, _ = compute_loss(
+                loss_config,
+                lp[None],
+                torch.tensor(row["old_logprobs"])[None],
+                torch.tensor(row["advantages"])[None],
+                torch.tensor(row["loss_mask"], dtype=torch.float32)[None],
+                num_tokens,
+                float(len(rows)),
+                ref_logprobs=torch.tensor(row["ref_logprobs"])[None],
+                entropy=ent[None],
+            )
+            loss.backward()
+            total_loss += loss.item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip).item()
+        optimizer.step()
+
+        assert metrics["tokens"] == num_tokens and metrics["rows"] == len(rows)
+        assert metrics["loss"] == pytest.approx(total_loss, rel=1e-5, abs=1e-6)
+        # Adam hides a constant loss scale, the gradient norm does not: this pins the global normalisation.
+        assert metrics["grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
+        assert grad_norm > config.grad_clip  # clipping is active, so its global norm matters too
+        assert metrics["lr"] == config.lr
+        _assert_same_weights(group.gather_state_dict(), dict(model.named_parameters()), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_checkpoint_round_trip_and_hf_export(group, tiny_checkpoint, tmp_path):
+    config = _config(tiny_checkpoint)
+    rows = _rows(99, [(5, 7), (9, 3), (2, 11)])
+    logprobs, _ = group.compute_logprobs(rows)
+    for row, lp in zip(rows, logprobs):
+        row["old_logprobs"] = lp
+    # A first step so the saved state has non-trivial optimizer moments.
+    group.train_step(rows, LossConfig())
+    group.save_checkpoint(str(tmp_path / "ckpt"))
+    group.save_hf(str(tmp_path / "hf"))
+    saved = group.gather_state_dict()
+    next_metrics = group.train_step(rows, LossConfig())
+    next_weights = group.gather_state_dict()
+    group.shutdown()
+
+    exported = _load_hf(tmp_path / "hf")
+    _assert_same_weights(dict(exported.named_parameters()), saved, atol=0.0)
+    assert len(AutoTokenizer.from_pretrained(tmp_path / "hf")) == len(AutoTokenizer.from_pretrained(tiny_checkpoint))
+
+    fresh = LearnerGroup(config, num_learners=2)
+    try:
+        fresh.load_checkpoint(str(tmp_path / "ckpt"))
+        _assert_same_weights(fresh.gather_state_dict(), saved, atol=0.0)
+        metrics = fresh.train_step(rows, LossConfig())
+        for key in ("loss", "grad_norm", "pg_loss", "clip_frac"):
+            assert metrics[key] == pytest.approx(next_metrics[key], rel=1e-6, abs=1e-7), key
+        _assert_same_weights(fresh.gather_state_dict(), next_weights, atol=1e-7)
+        with pytest.raises(Exception, match="no DeepSpeed checkpoint"):
+            fresh.load_checkpoint(str(tmp_path / "empty"))
+    finally:
+        fresh.shutdown()
+
+
+@pytest.mark.slow
+def test_zero2_train_step_equals_single_process(ray_session, tiny_checkpoint):
+    # Runs after the shared group is gone (at most 2 learner actors at a time).
+    config = dataclasses.replace(_config(tiny_checkpoint), zero_stage=2)
+    zero2 = LearnerGroup(config, num_learners=2)
+    try:
+        _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
+    finally:
+        zero2.shutdown()
