@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import time
 
 import gymnasium as gym
@@ -12,14 +13,22 @@ WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle"
 
 
 class EchoEnv(gym.Env):
-    """`num_turns` turns; observation "Say: <word>"; reward 1/num_turns for each reply equal to the word."""
+    """`num_turns` turns; observation "Say: <word>"; each turn earns up to 1/num_turns.
+
+    reward="exact" pays only a reply equal to the word; reward="similarity" pays the character-level
+    similarity ratio (difflib), a dense signal even an untrained model gets some of.
+    """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, num_turns: int = 2, max_action_chars: int = 256, step_delay_s: float = 0.0):
+    def __init__(self, num_turns: int = 2, reward: str = "exact", max_action_chars: int = 256,
+                 step_delay_s: float = 0.0):
         """`step_delay_s` simulates a slow world (a remote tool or search call) on every step."""
         if num_turns < 1:
             raise ValueError(f"EchoEnv num_turns must be >= 1, got {num_turns}")
+        if reward not in ("exact", "similarity"):
+            raise ValueError(f"EchoEnv reward={reward!r} is not allowed; choose 'exact' or 'similarity'")
+        self.reward = reward
         self.num_turns = num_turns
         self.step_delay_s = step_delay_s
         self.max_action_chars = max_action_chars
@@ -39,12 +48,14 @@ class EchoEnv(gym.Env):
             raise RuntimeError("EchoEnv.step called after the episode ended; call reset() first")
         time.sleep(self.step_delay_s)
         reply = clean(str(action), self.max_action_chars).strip().lower()
-        correct = reply == self._words[self._turn]
+        word = self._words[self._turn]
+        correct = reply == word
+        score = float(correct) if self.reward == "exact" else difflib.SequenceMatcher(None, reply, word).ratio()
         self._turn += 1
         done = self._turn == self.num_turns
         obs = "" if done else self._observation()
         info = {"turn": self._turn, "correct": correct, "format_ok": bool(reply)}
-        return obs, float(correct) / self.num_turns, done, False, info
+        return obs, score / self.num_turns, done, False, info
 
     def _observation(self) -> str:
         return f"Say: {self._words[self._turn]}"

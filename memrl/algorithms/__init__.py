@@ -1,0 +1,6 @@
+"""RL algorithms: each an Algorithm (a Ray Tune Trainable) with its AlgorithmConfig."""
+
+from memrl.algorithms.algorithm import Algorithm
+from memrl.algorithms.grpo import DAPO, GRPO, DAPOConfig, GRPOConfig
+
+__all__ = ["DAPO", "GRPO", "Algorithm", "DAPOConfig", "GRPOConfig"]

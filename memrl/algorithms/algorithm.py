@@ -1,0 +1,290 @@
+"""Algorithm: one RL training loop over env runners, inference engines and a learner group (a Ray Tune Trainable).
+
+An iteration: sample groups of trajectories -> advantages -> one learner step -> broadcast the new
+weights to every engine. Everything that makes an iteration random is derived from (seed, iteration),
+so a run restored from a checkpoint continues exactly as the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray import tune
+
+from memrl.config import AlgorithmConfig
+from memrl.env_runner import EnvRunnerSpec, Task, summarize
+from memrl.env_runner_group import EnvRunnerGroup
+from memrl.episode import Trajectory, from_arrow
+from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
+from memrl.learner.learner import LearnerConfig
+from memrl.learner.learner_group import LearnerGroup
+from memrl.stats import mean_interval
+
+STATE_FILE = "algorithm_state.json"
+
+
+class Algorithm(tune.Trainable):
+    """Base class: builds the actors from an AlgorithmConfig dict; subclasses choose the advantages."""
+
+    config_class: type[AlgorithmConfig] = AlgorithmConfig
+
+    @classmethod
+    def get_default_config(cls) -> AlgorithmConfig:
+        """A fresh config of this algorithm with its defaults."""
+        return cls.config_class()
+
+    # -- construction --------------------------------------------------------------------
+    def setup(self, config: dict[str, Any]) -> None:
+        self.cfg = self.config_class.from_dict(config)
+        self.cfg.validate()
+        env, run, learn, train, dbg = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
+                                       self.cfg.training_cfg, self.cfg.debugging_cfg)
+        self.seed = dbg.seed
+        self.weight_version = 0
+        self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
+                         "conversations_trained": 0}
+        kl_needed = train.loss.kl_coef > 0
+        self.learner_group = LearnerGroup(
+            LearnerConfig(model_path=learn.model_path, lr=train.lr, weight_decay=train.weight_decay,
+                          grad_clip=train.grad_clip, token_budget=learn.token_budget, seed=dbg.seed,
+                          compute_ref=kl_needed),
+            num_learners=learn.num_learners,
+            num_gpus_per_learner=learn.num_gpus_per_learner,
+        )
+        self.engines = [self._make_engine(i) for i in range(run.num_engines)]
+        spec = EnvRunnerSpec(env=env.env, env_config=env.env_config, workflow=run.workflow,
+                             workflow_config=run.workflow_config, tokenizer_path=learn.model_path,
+                             sampling=run.sampling(), num_envs=run.num_envs_per_env_runner,
+                             max_calls=run.max_calls_per_episode)
+        self.env_runner_group = EnvRunnerGroup(spec, self.engines, run.num_env_runners)
+        self._eval_group: EnvRunnerGroup | None = None
+        self._init_weight_sync()
+        self._wandb = None
+        if dbg.wandb_project:
+            import wandb
+
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            self._wandb = wandb.init(project=dbg.wandb_project, config=self.cfg.to_dict(), mode=mode,
+                                     reinit="create_new")
+
+    def _make_engine(self, index: int):
+        run, learn = self.cfg.env_runners_cfg, self.cfg.learners_cfg
+        if run.engine == "vllm":
+            from memrl.engines.vllm_engine import VLLMEngine as engine_cls
+        else:
+            from memrl.engines.torch_engine import TorchEngine as engine_cls
+        actor = ray.remote(num_cpus=1, num_gpus=run.num_gpus_per_engine)(engine_cls)
+        return actor.remote(learn.model_path, seed=self.seed + index, **run.engine_config)
+
+    def _init_weight_sync(self) -> None:
+        world = 1 + len(self.engines)
+        backend = "nccl" if self.cfg.learners_cfg.num_gpus_per_learner > 0 else "gloo"
+        host, port = self.learner_group.free_address()
+        learner_refs = self.learner_group.init_weight_sync(host, port, world, backend, wait=False)
+        engine_refs = [e.init_weight_sync.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)]
+        ray.get(learner_refs + engine_refs)
+        self._weight_metas = self.learner_group.weight_metas()
+
+    # -- one iteration -------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
+        t_start = time.perf_counter()
+        table, runner_stats = self.env_runner_group.sample(self._training_tasks(iteration),
+                                                           seed=_derive_seed(self.seed, iteration))
+        trajectories = from_arrow(table)
+        t_sampled = time.perf_counter()
+        self.counters["trajectories_sampled"] += len(trajectories)
+
+        keep = self._keep_mask(trajectories)
+        kept = [t for t, k in zip(trajectories, keep) if k]
+        learner_metrics: dict[str, float] = {}
+        if kept:
+            rows = self.build_rows(kept)
+            train = self.cfg.training_cfg
+            if not train.use_rollout_logprobs:
+                old, _ = self.learner_group.compute_logprobs(rows)
+                for row, lp in zip(rows, old):
+                    row["old_logprobs"] = lp
+            if train.loss.kl_coef > 0:
+                ref, _ = self.learner_group.compute_logprobs(rows, reference=True)
+                for row, lp in zip(rows, ref):
+                    row["ref_logprobs"] = lp
+            learner_metrics = self.learner_group.train_step(rows, train.loss,
+                                                            max_tokens=self.cfg.env_runners_cfg.max_tokens)
+            self.counters["trajectories_trained"] += len(kept)
+            self.counters["conversations_trained"] += len(rows)
+        t_learned = time.perf_counter()
+        sync = self.sync_weights()
+        t_end = time.perf_counter()
+
+        new_tokens = runner_stats.get("new_tokens", 0.0)
+        result = {
+            "env_runners": {**summarize(trajectories), "num_trajectories": len(trajectories),
+                            "new_tokens": new_tokens, "calls": runner_stats.get("calls", 0.0),
+                            "engine_batches": runner_stats.get("batches", 0.0)},
+            "learners": learner_metrics,
+            "timers": {"sample_s": t_sampled - t_start, "learn_s": t_learned - t_sampled,
+                       "sync_s": t_end - t_learned, "iteration_s": t_end - t_start},
+            "throughput": {"rollout_new_tokens_per_s": new_tokens / max(t_sampled - t_start, 1e-9)},
+            "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
+                (t.weight_version for t in trajectories), default=self.weight_version - 1))},
+            "counters": {**self.counters, **self.env_runner_group.counters},
+        }
+        result["reward_mean"] = result["env_runners"].get("reward_mean", float("nan"))
+        interval = self.cfg.evaluation_cfg.evaluation_interval
+        if interval and (iteration + 1) % interval == 0:
+            result["evaluation"] = self.evaluate()
+        if self._wandb is not None:
+            self._wandb.log(_flatten(result), step=iteration + 1)
+        return result
+
+    def _training_tasks(self, iteration: int) -> list[Task]:
+        """The iteration's tasks: a fixed function of (seed, iteration); even env seeds (odd ones are held out)."""
+        train = self.cfg.training_cfg
+        rng = np.random.default_rng([self.seed, iteration])
+        env_seeds = 2 * rng.integers(0, 2**30, train.tasks_per_iteration)
+        return [
+            Task(seed=int(s), group_id=f"it{iteration}-g{g}", traj_id=f"it{iteration}-g{g}-{k}")
+            for g, s in enumerate(env_seeds)
+            for k in range(train.group_size)
+        ]
+
+    def _keep_mask(self, trajectories: list[Trajectory]) -> np.ndarray:
+        rewards = np.array([t.reward for t in trajectories])
+        groups = [t.group_id for t in trajectories]
+        if not self.cfg.training_cfg.dynamic_sampling:
+            return np.ones(len(trajectories), dtype=bool)
+        keep = dynamic_sampling_mask(rewards, groups)
+        self.counters["groups_dropped"] += len({g for g, k in zip(groups, keep) if not k})
+        return keep
+
+    def trajectory_advantages(self, trajectories: list[Trajectory]) -> np.ndarray:
+        """One advantage per trajectory: reward minus group mean, over the group std when configured."""
+        return group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
+                                norm_std=self.cfg.training_cfg.norm_adv_by_std)
+
+    def build_rows(self, trajectories: list[Trajectory]) -> list[dict[str, np.ndarray]]:
+        """Learner rows, one per conversation: the trajectory advantage broadcast to every response token."""
+        advantages = self.trajectory_advantages(trajectories)
+        rows = []
+        for traj, adv in zip(trajectories, advantages):
+            for conv in traj.conversations:
+                rows.append({
+                    "prompt_ids": conv.prompt_ids,
+                    "response_ids": conv.response_ids,
+                    "loss_mask": conv.loss_mask,
+                    "old_logprobs": conv.logprobs,
+                    "advantages": np.full(len(conv.response_ids), adv, dtype=np.float32),
+                })
+        return rows
+
+    def sync_weights(self) -> dict[str, float]:
+        """Broadcast the learner's weights to every engine as the next version."""
+        self.weight_version += 1
+        bucket = self.cfg.learners_cfg.weight_sync_bucket_bytes
+        learner_refs = self.learner_group.broadcast_weights(self.weight_version, bucket, wait=False)
+        engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
+        sent = ray.get(learner_refs)[0]
+        ray.get(engine_refs)
+        return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, num_tasks: int | None = None, env_config: dict | None = None) -> dict[str, float]:
+        """Greedy (by default) rollouts on held-out tasks; mean reward and its 95% interval, plus env figures."""
+        ev = self.cfg.evaluation_cfg
+        n = num_tasks or ev.evaluation_num_tasks
+        overrides = {**ev.evaluation_env_config, **(env_config or {})}
+        if self._eval_group is None or overrides != getattr(self, "_eval_overrides", None):
+            if self._eval_group is not None:
+                self._eval_group.shutdown()
+            env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
+            sampling = run.sampling()
+            sampling.temperature = ev.evaluation_temperature
+            spec = EnvRunnerSpec(env=env.env, env_config={**env.env_config, **overrides}, workflow=run.workflow,
+                                 workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
+                                 sampling=sampling, num_envs=run.num_envs_per_env_runner,
+                                 max_calls=run.max_calls_per_episode)
+            self._eval_group = EnvRunnerGroup(spec, self.engines, run.num_env_runners)
+            self._eval_overrides = overrides
+        rng = np.random.default_rng([self.seed, 2**31 - 1])
+        seeds = 2 * rng.choice(2**30, size=n, replace=False) + 1
+        tasks = [Task(seed=int(s), group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
+        table, _ = self._eval_group.sample(tasks, seed=_derive_seed(self.seed, -1))
+        trajectories = from_arrow(table)
+        mean, low, high = mean_interval([t.reward for t in trajectories])
+        return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
+                "num_tasks": float(len(trajectories))}
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self.learner_group.save_checkpoint(str(Path(checkpoint_dir) / "learner"))
+        state = {"iteration": self.iteration, "weight_version": self.weight_version, "counters": self.counters,
+                 "config": self.cfg.to_dict()}
+        (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        state_file = Path(checkpoint_dir) / STATE_FILE
+        if not state_file.is_file():
+            raise FileNotFoundError(f"{checkpoint_dir} is not a memrl checkpoint (no {STATE_FILE})")
+        state = json.loads(state_file.read_text())
+        self.learner_group.load_checkpoint(str(Path(checkpoint_dir) / "learner"))
+        self.counters = state["counters"]
+        self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
+        self.weight_version = state["weight_version"] - 1
+        self.sync_weights()  # engines get the restored weights under the saved version
+
+    def save_to_path(self, path: str | os.PathLike) -> str:
+        """Write a checkpoint to `path` atomically (a crash never leaves a half-written checkpoint there)."""
+        path = Path(path).absolute()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            self.save_checkpoint(str(tmp))
+            if path.exists():
+                old = path.with_name(f".{path.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                path.rename(old)
+                tmp.rename(path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return str(path)
+
+    def restore_from_path(self, path: str | os.PathLike) -> None:
+        """Load a `save_to_path` checkpoint into this (already built) algorithm; training continues from it."""
+        self.load_checkpoint(str(path))
+
+    def cleanup(self) -> None:
+        for group in (self.env_runner_group, self._eval_group):
+            if group is not None:
+                group.shutdown()
+        for engine in self.engines:
+            ray.kill(engine)
+        self.learner_group.shutdown()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _derive_seed(*parts: int) -> int:
+    return int(np.random.SeedSequence([p % 2**32 for p in parts]).generate_state(1)[0])
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        elif isinstance(v, (int, float)):
+            out[f"{prefix}{k}"] = v
+    return out
