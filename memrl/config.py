@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray.tune.tune import _Config
+
 from memrl.engines.base import SamplingConfig
 from memrl.learner.losses import LossConfig
 
@@ -146,8 +148,11 @@ SECTIONS = {
 }
 
 
-class AlgorithmConfig:
-    """Builder for an Algorithm; subclasses set `algo_class` and their own defaults."""
+class AlgorithmConfig(_Config):
+    """Builder for an Algorithm; subclasses set `algo_class` and their own defaults.
+
+    Subclassing Tune's config base (as RLlib's AlgorithmConfig does) lets `tune.Tuner(param_space=config)`
+    take the builder itself."""
 
     algo_class: type | None = None
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import ray
 from ray import tune
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from memrl.config import AlgorithmConfig
 from memrl.env_runner import EnvRunnerSpec, Task, summarize
@@ -34,16 +35,17 @@ STATE_FILE = "algorithm_state.json"
 class Algorithm(tune.Trainable):
     """Base class: builds the actors from an AlgorithmConfig dict; subclasses choose the advantages."""
 
-    config_class: type[AlgorithmConfig] = AlgorithmConfig
-
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
-        """A fresh config of this algorithm with its defaults."""
-        return cls.config_class()
+        """A fresh config of this algorithm with its defaults (subclasses return their own config class).
+
+        A method, not a class attribute: Ray walks class attributes when it exports an actor class, and
+        config -> algorithm -> config would never end."""
+        return AlgorithmConfig()
 
     # -- construction --------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:
-        self.cfg = self.config_class.from_dict(config)
+        self.cfg = type(self.get_default_config()).from_dict(config)
         self.cfg.validate()
         env, run, learn, train, dbg = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                        self.cfg.training_cfg, self.cfg.debugging_cfg)
@@ -60,6 +62,7 @@ class Algorithm(tune.Trainable):
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
+        _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine)
         spec = EnvRunnerSpec(env=env.env, env_config=env.env_config, workflow=run.workflow,
                              workflow_config=run.workflow_config, tokenizer_path=learn.model_path,
                              sampling=run.sampling(), num_envs=run.num_envs_per_env_runner,
@@ -81,7 +84,9 @@ class Algorithm(tune.Trainable):
             from memrl.engines.vllm_engine import VLLMEngine as engine_cls
         else:
             from memrl.engines.torch_engine import TorchEngine as engine_cls
-        actor = ray.remote(num_cpus=1, num_gpus=run.num_gpus_per_engine)(engine_cls)
+        # Not inside the caller's placement group: under Tune that group holds only the trial actor itself.
+        actor = ray.remote(num_cpus=1, num_gpus=run.num_gpus_per_engine)(engine_cls).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
         return actor.remote(learn.model_path, seed=self.seed + index, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
@@ -274,6 +279,18 @@ class Algorithm(tune.Trainable):
         self.learner_group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float = 900.0) -> None:
+    """Fail with a clear message when actors cannot start (most often: the cluster lacks the CPUs/GPUs)."""
+    ready, _ = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+    if len(ready) < len(actors):
+        raise RuntimeError(
+            f"{len(actors) - len(ready)} of {len(actors)} {what} actors did not start within {timeout_s:.0f} s; each "
+            f"needs 1 CPU and {num_gpus} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
+            f"{ray.available_resources()}"
+        )
+    ray.get(ready)  # re-raise a constructor error
 
 
 def _derive_seed(*parts: int) -> int:

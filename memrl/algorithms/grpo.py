@@ -33,13 +33,17 @@ class DAPOConfig(AlgorithmConfig):
 class GRPO(Algorithm):
     """Group Relative Policy Optimization over multi-conversation trajectories."""
 
-    config_class = GRPOConfig
+    @classmethod
+    def get_default_config(cls) -> GRPOConfig:
+        return GRPOConfig()
 
 
 class DAPO(Algorithm):
     """DAPO (clip-higher, dynamic sampling, token-level loss) over multi-conversation trajectories."""
 
-    config_class = DAPOConfig
+    @classmethod
+    def get_default_config(cls) -> DAPOConfig:
+        return DAPOConfig()
 
 
 GRPOConfig.algo_class = GRPO
