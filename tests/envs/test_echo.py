@@ -1,0 +1,53 @@
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401  (registers memrl/ ids)
+from envs.echo import WORDS, EchoEnv
+
+
+def test_passes_gymnasium_env_checker():
+    check_env(EchoEnv(num_turns=3), skip_render_check=True)
+    check_env(EchoEnv(num_turns=1, reward="similarity"), skip_render_check=True)
+
+
+def test_registered_and_seeded():
+    a, b = gym.make("memrl/Echo-v0", num_turns=3), gym.make("memrl/Echo-v0", num_turns=3)
+    assert a.reset(seed=5)[0] == b.reset(seed=5)[0]
+    firsts = {a.reset(seed=s)[0] for s in range(40)}
+    assert len(firsts) > 3  # different seeds, different words
+
+
+def test_rewards():
+    env = EchoEnv(num_turns=2)
+    obs, _ = env.reset(seed=0)
+    word = obs.removeprefix("Say: ")
+    assert word in WORDS
+    obs, reward, terminated, truncated, info = env.step(f"  {word.upper()} ")
+    assert (reward, terminated, info["correct"]) == (0.5, False, True)
+    obs, reward, terminated, _, info = env.step("wrong")
+    assert (reward, terminated, info["correct"], obs) == (0.0, True, False, "")
+    sim = EchoEnv(num_turns=1, reward="similarity")
+    word = sim.reset(seed=0)[0].removeprefix("Say: ")
+    assert sim.step(word[:-1])[1] == pytest.approx(2 * (len(word) - 1) / (2 * len(word) - 1))
+
+
+@pytest.mark.parametrize("action", ["", "\x00\x01", "é" * 5000, "<think>", None, 42, "a" * 10**6])
+def test_malformed_actions_never_crash(action):
+    env = EchoEnv(num_turns=1, reward="similarity")
+    env.reset(seed=1)
+    obs, reward, terminated, _, info = env.step(action)
+    assert terminated and 0.0 <= reward <= 1.0
+    assert info["format_ok"] is (action in ("<think>", 42, "a" * 10**6))  # something printable was said
+
+
+def test_bad_config_and_misuse_are_named():
+    with pytest.raises(ValueError, match="num_turns must be >= 1"):
+        EchoEnv(num_turns=0)
+    with pytest.raises(ValueError, match="reward='f1' is not allowed"):
+        EchoEnv(reward="f1")
+    env = EchoEnv(num_turns=1)
+    env.reset(seed=0)
+    env.step("x")
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        env.step("x")
