@@ -23,6 +23,16 @@ def _config(checkpoint, engine: str) -> DAPOConfig:
             .debugging(seed=3))
 
 
+def _initial_logprobs(checkpoint, prompt: list[int], continuation: list[int]) -> np.ndarray:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + continuation])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(continuation)[:, None])[:, 0].numpy()
+
+
 def _figures(result: dict) -> dict[str, float]:
     """What must match between a resumed and an uninterrupted run."""
     keys = [("env_runners", "reward_mean"), ("env_runners", "new_tokens"), ("env_runners", "response_tokens_mean"),
@@ -36,6 +46,14 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     # Uninterrupted: three iterations.
     algo = _config(tiny_checkpoint, engine).build()
     straight = [algo.train() for _ in range(3)]
+    # After the syncs, the engine scores a fixed prompt + continuation exactly as the trained ZeRO-3 model does.
+    prompt, continuation = [1, 87, 85, 261, 201, 74, 75, 2, 201, 1], [342, 85, 75, 308, 322, 86, 2]
+    row = {"prompt_ids": np.array(prompt), "response_ids": np.array(continuation)}
+    (learner_lp,), _ = algo.learner_group.compute_logprobs([row])
+    engine_lp = ray.get(algo.engines[0].score.remote(prompt, continuation))
+    np.testing.assert_allclose(engine_lp, learner_lp, atol=1e-5, rtol=0)
+    initial = _initial_logprobs(tiny_checkpoint, prompt, continuation)
+    assert np.abs(initial - learner_lp).max() > 1e-4  # training moved the weights the engine now holds
     algo.stop()
 
     first = straight[0]
