@@ -104,7 +104,13 @@ class TrainingConfig:
     norm_adv_by_std: bool = False
     """Divide group advantages by the group std (GRPO); False is DAPO / Dr.GRPO."""
     dynamic_sampling: bool = False
-    """Drop groups whose rewards are all equal (DAPO dynamic sampling)."""
+    """Drop groups whose rewards are all equal (DAPO dynamic sampling) and sample more to refill the batch."""
+    dynamic_sampling_max_rounds: int = 3
+    """With dynamic sampling: most sampling rounds per iteration spent refilling dropped groups."""
+    overlong_buffer_tokens: int = 0
+    """DAPO overlong shaping: responses within this many tokens of max_tokens are penalised linearly (0 = off)."""
+    overlong_penalty: float = 1.0
+    """Penalty at max_tokens (and beyond) for overlong shaping, per conversation."""
     use_rollout_logprobs: bool = True
     """Use the engine's logprobs as the PPO old logprobs (one update per batch makes them equal up to numerics);
     False recomputes them on the learner."""
@@ -227,10 +233,14 @@ class AlgorithmConfig(_Config):
             "learners.weight_sync_bucket_bytes": learn.weight_sync_bucket_bytes,
             "training.tasks_per_iteration": train.tasks_per_iteration,
             "training.group_size": train.group_size,
+            "training.dynamic_sampling_max_rounds": train.dynamic_sampling_max_rounds,
         }
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
+        if not 0 <= train.overlong_buffer_tokens <= run.max_tokens:
+            raise ValueError(f"training.overlong_buffer_tokens={train.overlong_buffer_tokens!r} is not allowed; "
+                             f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
         if not train.lr > 0:
             raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p

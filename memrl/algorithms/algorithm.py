@@ -17,16 +17,23 @@ from typing import Any
 
 import numpy as np
 import ray
+import torch
 from ray import tune
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from memrl.config import AlgorithmConfig
+from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.env_runner import EnvRunnerSpec, Task, summarize
 from memrl.env_runner_group import EnvRunnerGroup
 from memrl.episode import Trajectory, from_arrow
-from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
+from memrl.learner.advantages import (
+    broadcast_to_conversations,
+    dynamic_sampling_mask,
+    group_advantages,
+    overlong_penalty,
+)
 from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
+from memrl.learner.losses import kl_penalty_in_reward
 from memrl.stats import mean_interval
 
 STATE_FILE = "algorithm_state.json"
@@ -102,18 +109,12 @@ class Algorithm(tune.Trainable):
     def step(self) -> dict[str, Any]:
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         t_start = time.perf_counter()
-        table, runner_stats = self.env_runner_group.sample(self._training_tasks(iteration),
-                                                           seed=_derive_seed(self.seed, iteration))
-        trajectories = from_arrow(table)
+        trajectories, kept, runner_stats = self._sample_training_batch(iteration)
         t_sampled = time.perf_counter()
-        self.counters["trajectories_sampled"] += len(trajectories)
-
-        keep = self._keep_mask(trajectories)
-        kept = [t for t, k in zip(trajectories, keep) if k]
         learner_metrics: dict[str, float] = {}
         if kept:
-            rows = self.build_rows(kept)
             train = self.cfg.training_cfg
+            rows = self.build_rows(kept)
             if not train.use_rollout_logprobs:
                 old, _ = self.learner_group.compute_logprobs(rows)
                 for row, lp in zip(rows, old):
@@ -122,6 +123,10 @@ class Algorithm(tune.Trainable):
                 ref, _ = self.learner_group.compute_logprobs(rows, reference=True)
                 for row, lp in zip(rows, ref):
                     row["ref_logprobs"] = lp
+            rewards = self.training_rewards(kept, rows)
+            advantages = self.trajectory_advantages(kept, rewards)
+            for row, adv in zip(rows, broadcast_to_conversations(advantages, [len(t.conversations) for t in kept])):
+                row["advantages"] = np.full(len(row["response_ids"]), adv, dtype=np.float32)
             learner_metrics = self.learner_group.train_step(rows, train.loss,
                                                             max_tokens=self.cfg.env_runners_cfg.max_tokens)
             self.counters["trajectories_trained"] += len(kept)
@@ -151,45 +156,66 @@ class Algorithm(tune.Trainable):
             self._wandb.log(_flatten(result), step=iteration + 1)
         return result
 
-    def _training_tasks(self, iteration: int) -> list[Task]:
-        """The iteration's tasks: a fixed function of (seed, iteration); even env seeds (odd ones are held out)."""
+    def _sample_training_batch(self, iteration: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """Sample the iteration's groups -> (all trajectories, those kept for training, runner stats).
+
+        With dynamic sampling, groups whose rewards are all equal are dropped and further rounds of fresh
+        groups are sampled (up to dynamic_sampling_max_rounds) until tasks_per_iteration groups are kept.
+        """
         train = self.cfg.training_cfg
-        rng = np.random.default_rng([self.seed, iteration])
+        rounds = train.dynamic_sampling_max_rounds if train.dynamic_sampling else 1
+        trajectories: list[Trajectory] = []
+        kept: list[Trajectory] = []
+        stats: dict[str, float] = {}
+        for round_ in range(rounds):
+            table, round_stats = self.env_runner_group.sample(self._training_tasks(iteration, round_),
+                                                              seed=_derive_seed(self.seed, iteration, round_))
+            batch = from_arrow(table)
+            trajectories += batch
+            for k, v in round_stats.items():
+                stats[k] = stats.get(k, 0.0) + v
+            if train.dynamic_sampling:
+                keep = dynamic_sampling_mask([t.reward for t in batch], [t.group_id for t in batch])
+                self.counters["groups_dropped"] += len({t.group_id for t, k in zip(batch, keep) if not k})
+                kept += [t for t, k in zip(batch, keep) if k]
+            else:
+                kept += batch
+            if len({t.group_id for t in kept}) >= train.tasks_per_iteration:
+                break
+        groups = list(dict.fromkeys(t.group_id for t in kept))[: train.tasks_per_iteration]
+        kept = [t for t in kept if t.group_id in set(groups)]
+        self.counters["trajectories_sampled"] += len(trajectories)
+        return trajectories, kept, stats
+
+    def _training_tasks(self, iteration: int, round_: int = 0) -> list[Task]:
+        """A round's tasks: a fixed function of (seed, iteration, round); even env seeds (odd ones are held out)."""
+        train = self.cfg.training_cfg
+        rng = np.random.default_rng([self.seed, iteration, round_])
         env_seeds = 2 * rng.integers(0, 2**30, train.tasks_per_iteration)
+        prefix = f"it{iteration}-r{round_}"
         return [
-            Task(seed=int(s), group_id=f"it{iteration}-g{g}", traj_id=f"it{iteration}-g{g}-{k}")
+            Task(seed=int(s), group_id=f"{prefix}-g{g}", traj_id=f"{prefix}-g{g}-{k}")
             for g, s in enumerate(env_seeds)
             for k in range(train.group_size)
         ]
 
-    def _keep_mask(self, trajectories: list[Trajectory]) -> np.ndarray:
-        rewards = np.array([t.reward for t in trajectories])
-        groups = [t.group_id for t in trajectories]
-        if not self.cfg.training_cfg.dynamic_sampling:
-            return np.ones(len(trajectories), dtype=bool)
-        keep = dynamic_sampling_mask(rewards, groups)
-        self.counters["groups_dropped"] += len({g for g, k in zip(groups, keep) if not k})
-        return keep
+    def training_rewards(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> np.ndarray:
+        """Rewards the advantages are computed from (see `shape_rewards`)."""
+        return shape_rewards(trajectories, rows, self.cfg.training_cfg, self.cfg.env_runners_cfg.max_tokens)
 
-    def trajectory_advantages(self, trajectories: list[Trajectory]) -> np.ndarray:
+    def trajectory_advantages(self, trajectories: list[Trajectory], rewards: np.ndarray) -> np.ndarray:
         """One advantage per trajectory: reward minus group mean, over the group std when configured."""
-        return group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
+        return group_advantages(rewards, [t.group_id for t in trajectories],
                                 norm_std=self.cfg.training_cfg.norm_adv_by_std)
 
-    def build_rows(self, trajectories: list[Trajectory]) -> list[dict[str, np.ndarray]]:
-        """Learner rows, one per conversation: the trajectory advantage broadcast to every response token."""
-        advantages = self.trajectory_advantages(trajectories)
-        rows = []
-        for traj, adv in zip(trajectories, advantages):
-            for conv in traj.conversations:
-                rows.append({
-                    "prompt_ids": conv.prompt_ids,
-                    "response_ids": conv.response_ids,
-                    "loss_mask": conv.loss_mask,
-                    "old_logprobs": conv.logprobs,
-                    "advantages": np.full(len(conv.response_ids), adv, dtype=np.float32),
-                })
-        return rows
+    @staticmethod
+    def build_rows(trajectories: list[Trajectory]) -> list[dict[str, np.ndarray]]:
+        """Learner rows, one per conversation in trajectory order (advantages are added by the caller)."""
+        return [
+            {"prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "loss_mask": c.loss_mask,
+             "old_logprobs": c.logprobs}
+            for t in trajectories for c in t.conversations
+        ]
 
     def sync_weights(self) -> dict[str, float]:
         """Broadcast the learner's weights to every engine as the next version."""
@@ -279,6 +305,27 @@ class Algorithm(tune.Trainable):
         self.learner_group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def shape_rewards(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], train: TrainingConfig,
+                  max_tokens: int) -> np.ndarray:
+    """Env rewards, shaped: DAPO's overlong penalty per conversation and, with kl_in_reward, minus kl_coef times
+    the KL summed over the trajectory's loss tokens. `rows` are the trajectories' conversations in order (with
+    ref_logprobs when the KL is in the reward)."""
+    rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
+    owner = np.repeat(np.arange(len(trajectories)), [len(t.conversations) for t in trajectories])
+    if train.overlong_buffer_tokens:
+        lengths = [len(r["response_ids"]) for r in rows]
+        np.add.at(rewards, owner,
+                  overlong_penalty(lengths, max_tokens, train.overlong_buffer_tokens, train.overlong_penalty))
+    if train.loss.kl_in_reward and train.loss.kl_coef > 0:
+        for i, row in zip(owner, rows):
+            lp, ref = torch.as_tensor(row["old_logprobs"]), torch.as_tensor(row["ref_logprobs"])
+            mask = torch.as_tensor(row["loss_mask"], dtype=torch.float32)
+            shaped = kl_penalty_in_reward(torch.zeros_like(lp), lp, ref, mask, train.loss.kl_coef,
+                                          train.loss.kl_estimator)
+            rewards[i] += float(shaped.sum())
+    return rewards
 
 
 def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float = 900.0) -> None:

@@ -110,3 +110,18 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     assert counters["conversations_trained"] == 24
     assert out["result"]["learners"]["rows"] == 24
     algo.stop()
+
+
+def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tiny_checkpoint):
+    # With the exact-match reward an untrained model scores 0 everywhere: every group has zero variance.
+    config = (_config(tiny_checkpoint, "torch")
+              .environment(env_config={"num_turns": 1, "reward": "exact"})
+              .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2))
+    algo = config.build()
+    result = algo.train()
+    counters = result["counters"]
+    assert counters["trajectories_sampled"] == 2 * 12  # two rounds of 3 groups x 4
+    assert counters["groups_dropped"] == 6
+    assert counters["trajectories_trained"] == 0
+    assert result["learners"] == {}
+    algo.stop()
