@@ -57,5 +57,11 @@ class EchoEnv(gym.Env):
         info = {"turn": self._turn, "correct": correct, "format_ok": bool(reply)}
         return obs, score / self.num_turns, done, False, info
 
+    def expert_action(self) -> str:
+        """The correct reply to the current turn (the scripted expert of SFT warm-starts)."""
+        if not self._words or self._turn >= self.num_turns:
+            raise RuntimeError("EchoEnv.expert_action needs a running episode; call reset() first")
+        return self._words[self._turn]
+
     def _observation(self) -> str:
         return f"Say: {self._words[self._turn]}"

@@ -12,6 +12,9 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token values are reduced to one scalar (names follow verl / Dr.GRPO)."""
 
+LOSS_KINDS = ("policy", "sft")
+"""What compute_loss optimises: the clipped policy gradient, or the negative log-likelihood (supervised warm-start)."""
+
 # Bound on |logprobs - old_logprobs| before exp(): a larger gap only happens on numerically broken tokens, and an
 # infinite ratio would turn the zero gradient of a clipped branch into NaN (0 * inf).
 _MAX_LOG_RATIO = 20.0
@@ -19,7 +22,7 @@ _MAX_LOG_RATIO = 20.0
 
 @dataclass
 class LossConfig:
-    """The clipped policy-gradient loss with optional KL and entropy terms."""
+    """The clipped policy-gradient loss with optional KL and entropy terms, or the SFT negative log-likelihood."""
 
     clip_low: float = 0.2
     """Ratio lower bound is 1 - clip_low; in [0, 1)."""
@@ -37,6 +40,9 @@ class LossConfig:
     """"token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm" (Dr.GRPO)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus subtracted from the loss; >= 0, 0 turns it off."""
+    kind: str = "policy"
+    """"policy" (the terms above) or "sft": the aggregated negative log-likelihood of the response tokens alone
+    (advantages and old logprobs are ignored; clip settings unused; kl_coef and entropy_coef must be 0)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.clip_low < 1:
@@ -53,6 +59,13 @@ class LossConfig:
             raise ValueError(f"LossConfig.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if not self.entropy_coef >= 0:
             raise ValueError(f"LossConfig.entropy_coef must be >= 0, got {self.entropy_coef}")
+        if self.kind not in LOSS_KINDS:
+            raise ValueError(f"LossConfig.kind must be one of {LOSS_KINDS}, got {self.kind!r}")
+        if self.kind == "sft" and (self.kl_coef > 0 or self.entropy_coef > 0):
+            raise ValueError(
+                f"LossConfig.kind='sft' is the negative log-likelihood alone; kl_coef ({self.kl_coef}) and "
+                f"entropy_coef ({self.entropy_coef}) must be 0"
+            )
 
 
 def _check_shapes(reference: torch.Tensor, **tensors: torch.Tensor) -> None:
@@ -186,11 +199,16 @@ def compute_loss(
 
     loss = agg(pg) + kl_coef * agg(kl) (unless kl_in_reward) - entropy_coef * agg(entropy).
     Metrics: pg_loss, clip_frac, ratio_mean always; kl when ref_logprobs is given; entropy when entropy is given.
+    With config.kind "sft": loss = agg(-logprobs), metric nll; old_logprobs and advantages are not used.
     """
     _check_shapes(logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
 
     def agg(values: torch.Tensor) -> torch.Tensor:
         return aggregate(values, mask, config.aggregation, num_tokens, num_seqs, max_tokens)
+
+    if config.kind == "sft":
+        nll = agg(-logprobs)
+        return nll, {"nll": nll.item()}
 
     pg, was_clipped = policy_loss_per_token(
         logprobs, old_logprobs, advantages, config.clip_low, config.clip_high, config.dual_clip

@@ -12,7 +12,8 @@ class Workflow(ABC):
 
     The env runner calls `reset` with the env's first observation, then loops: `prompt_ids` -> LLM ->
     `on_response` (returns the env action) -> env.step -> `observe`, until the env ends the episode.
-    One instance serves one trajectory at a time.
+    One instance serves one trajectory at a time. A workflow that supports SFT warm-starts (memrl.sft) also
+    implements `expert_response(action) -> str`: the response text its own `on_response` parses back to `action`.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, **config):
@@ -69,3 +70,7 @@ class LastObservationWorkflow(Workflow):
 
     def observe(self, observation: str, info: dict) -> None:
         self._observation = observation
+
+    def expert_response(self, action: str) -> str:
+        """The reply is the action itself."""
+        return action

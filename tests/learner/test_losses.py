@@ -297,6 +297,25 @@ def test_compute_loss_micro_batches_sum_to_full_batch():
         assert sum(metrics[key] for _, metrics in parts) == pytest.approx(value, abs=1e-6)
 
 
+def test_compute_loss_sft_is_the_negative_log_likelihood():
+    logprobs, old, advantages, mask = batch()
+    config = LossConfig(kind="sft")
+    loss, metrics = compute_loss(config, logprobs, old, advantages, mask, num_tokens=4, num_seqs=2)
+    # logprobs on real tokens: -1, -1 + ln 1.5, -1 + ln 0.5 | -1; NLL mean = (4 - ln 0.75) / 4 = 1.0719205
+    assert loss.item() == pytest.approx(1.0719205, abs=1e-6)
+    assert metrics == {"nll": pytest.approx(1.0719205, abs=1e-6)}
+    loss.backward()
+    # d(-logprob / num_tokens) = -0.25 on every real token, 0 on padding
+    close(logprobs.grad, [[-0.25, -0.25, -0.25], [-0.25, 0.0, 0.0]])
+    # advantages and old logprobs play no part
+    other, _ = compute_loss(config, logprobs, old - 3.0, -5 * advantages, mask, num_tokens=4, num_seqs=2)
+    assert other.item() == pytest.approx(loss.item(), abs=1e-7)
+    # seq_mean_token_mean: row means (3 - ln 0.75) / 3 = 1.0958940 and 1; their mean 1.0479470
+    per_seq, _ = compute_loss(LossConfig(kind="sft", aggregation="seq_mean_token_mean"), logprobs, old, advantages,
+                              mask, num_tokens=4, num_seqs=2)
+    assert per_seq.item() == pytest.approx(1.0479470, abs=1e-6)
+
+
 # --- config validation -----------------------------------------------------------------------------------------
 
 
@@ -312,6 +331,9 @@ def test_compute_loss_micro_batches_sum_to_full_batch():
         ({"aggregation": "sum"}, "aggregation"),
         ({"entropy_coef": -0.1}, "entropy_coef"),
         ({"clip_low": float("nan")}, "clip_low"),
+        ({"kind": "dpo"}, "kind"),
+        ({"kind": "sft", "kl_coef": 0.1}, "kind"),
+        ({"kind": "sft", "entropy_coef": 0.01}, "kind"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, field):
@@ -321,6 +343,6 @@ def test_config_rejects_bad_values(kwargs, field):
 
 def test_config_defaults_are_valid():
     config = LossConfig()
-    assert (config.clip_low, config.clip_high, config.aggregation, config.kl_estimator) == (
-        0.2, 0.28, "token_mean", "k3",
+    assert (config.clip_low, config.clip_high, config.aggregation, config.kl_estimator, config.kind) == (
+        0.2, 0.28, "token_mean", "k3", "policy",
     )
