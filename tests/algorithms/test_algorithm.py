@@ -75,6 +75,7 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     path = algo.save_to_path(tmp_path / "ckpt")
     for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
         ray.kill(actor)
+    algo.learner_group.shutdown()  # frees its placement group, as Ray does when a killed job's driver dies
     algo = _config(tiny_checkpoint, engine).build()
     algo.restore_from_path(path)
     resumed.append(algo.train())
