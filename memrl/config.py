@@ -83,6 +83,8 @@ class LearnersConfig:
     """GPUs each learner reserves (0 on CPU machines)."""
     token_budget: int = 8192
     """Most padded tokens per micro-batch."""
+    dtype: str = "float32"
+    """Learner parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
     weight_sync_bucket_bytes: int = 64 * 1024**2
     """Bucket size of the learner-to-engine weight broadcast."""
 

@@ -48,9 +48,9 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
     """Half the GPUs train (one learner each), half serve (one vLLM engine each)."""
     learners = max(1, num_gpus // 2)
     engines = max(1, num_gpus - learners)
-    return (config.learners(num_learners=learners, num_gpus_per_learner=1)
-            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=1,
-                         num_env_runners=2 * engines, engine_config={"kv_cache_bytes": 8 * 1024**3}))
+    return (config.learners(num_learners=learners, num_gpus_per_learner=1, dtype="bfloat16")
+            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=1, num_env_runners=2 * engines,
+                         engine_config={"kv_cache_bytes": 8 * 1024**3, "dtype": "bfloat16"}))
 
 
 def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:

@@ -64,7 +64,7 @@ class Algorithm(tune.Trainable):
         self.learner_group = LearnerGroup(
             LearnerConfig(model_path=learn.model_path, lr=train.lr, weight_decay=train.weight_decay,
                           grad_clip=train.grad_clip, token_budget=learn.token_budget, seed=dbg.seed,
-                          compute_ref=kl_needed),
+                          compute_ref=kl_needed, dtype=learn.dtype),
             num_learners=learn.num_learners,
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )
