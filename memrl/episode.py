@@ -147,9 +147,12 @@ def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
     missing = set(SCHEMA.names) - set(batch.schema.names)
     if missing:
         raise ValueError(f"episode batch is missing columns {sorted(missing)}")
-    rows = batch.to_pylist()
+    # Token columns are split from their flat numpy values (no per-element Python objects); the small
+    # per-row columns go through Python lists.
+    arrays = {name: _split_list_column(batch.column(name)) for name in _TOKEN_COLUMNS}
+    rows = batch.select([n for n in SCHEMA.names if n not in _TOKEN_COLUMNS]).to_pylist()
     trajectories: list[Trajectory] = []
-    for row in rows:
+    for k, row in enumerate(rows):
         if row["conv_index"] == 0:
             trajectories.append(
                 Trajectory(
@@ -171,10 +174,10 @@ def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
             spans.setdefault(span["name"], []).append((span["start"], span["end"]))
         traj.conversations.append(
             Conversation(
-                prompt_ids=row["prompt_ids"],
-                response_ids=row["response_ids"],
-                logprobs=np.asarray(row["logprobs"], dtype=np.float32),
-                loss_mask=row["loss_mask"],
+                prompt_ids=arrays["prompt_ids"][k],
+                response_ids=arrays["response_ids"][k],
+                logprobs=arrays["logprobs"][k],
+                loss_mask=arrays["loss_mask"][k],
                 spans=spans,
                 reward=row["conv_reward"],
                 finish_reason=row["finish_reason"],
@@ -189,6 +192,19 @@ def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
                 f"but num_convs says {counts[traj.traj_id]}"
             )
     return trajectories
+
+
+_TOKEN_COLUMNS = ("prompt_ids", "response_ids", "logprobs", "loss_mask")
+
+
+def _split_list_column(column: pa.ListArray | pa.ChunkedArray) -> list[np.ndarray]:
+    """One numpy array per row of a list column, as copies of slices of the flat values."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    offsets = column.offsets.to_numpy()
+    offsets = offsets - offsets[0]  # a sliced column's offsets point into the unsliced values
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return [values[offsets[i] : offsets[i + 1]].copy() for i in range(len(column))]
 
 
 def concat(batches: list[pa.RecordBatch]) -> pa.Table:

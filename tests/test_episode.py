@@ -97,3 +97,14 @@ def test_bad_inputs_are_named():
 
 def test_schema_version_is_in_metadata():
     assert SCHEMA.metadata[b"memrl.schema_version"] == str(SCHEMA_VERSION).encode()
+
+
+def test_sliced_and_chunked_batches_read_back():
+    trajs = [_traj(f"t{i}", num_convs=2, seed=i) for i in range(4)]
+    batch = to_arrow(trajs)
+    for got, want in zip(from_arrow(batch.slice(4, 4)), trajs[2:]):  # rows 4..7 = trajectories 2 and 3
+        _assert_same(got, want)
+    table = concat([to_arrow(trajs[:1]), to_arrow(trajs[1:])])
+    assert table.column("prompt_ids").num_chunks == 2
+    for got, want in zip(from_arrow(table), trajs):
+        _assert_same(got, want)

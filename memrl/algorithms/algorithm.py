@@ -110,6 +110,7 @@ class Algorithm(tune.Trainable):
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)
+        generate_s = max(ray.get([e.pop_generate_seconds.remote() for e in self.engines]))
         t_sampled = time.perf_counter()
         learner_metrics: dict[str, float] = {}
         if kept:
@@ -141,8 +142,10 @@ class Algorithm(tune.Trainable):
                             "new_tokens": new_tokens, "calls": runner_stats.get("calls", 0.0),
                             "engine_batches": runner_stats.get("batches", 0.0)},
             "learners": learner_metrics,
-            "timers": {"sample_s": t_sampled - t_start, "learn_s": t_learned - t_sampled,
-                       "sync_s": t_end - t_learned, "iteration_s": t_end - t_start},
+            "timers": {"sample_s": t_sampled - t_start, "generate_s": generate_s, "env_s": runner_stats.get("env_s", 0.0),
+                       "learn_s": t_learned - t_sampled, "sync_s": t_end - t_learned, "iteration_s": t_end - t_start,
+                       # Share of the iteration that is neither engine generation nor the learner step.
+                       "outside_model_fraction": 1.0 - (generate_s + t_learned - t_sampled) / (t_end - t_start)},
             "throughput": {"rollout_new_tokens_per_s": new_tokens / max(t_sampled - t_start, 1e-9)},
             "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
                 (t.weight_version for t in trajectories), default=self.weight_version - 1))},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ class InferenceEngine(ABC):
 
     weight_version: int = 0
     """Version of the weights currently loaded (0 = initial checkpoint)."""
+    generate_seconds: float = 0.0
+    """Wall time spent inside generate_batch since the last pop_generate_seconds()."""
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
@@ -64,9 +67,17 @@ class InferenceEngine(ABC):
     ) -> list[GenerationOutput]:
         """`generate`, after reseeding when `seed` is given; one call, so on an engine shared by several
         callers nobody's batch lands between the reseed and the generate. Env runners use this."""
+        start = time.perf_counter()
         if seed is not None:
             self.reseed(seed)
-        return self.generate(prompts, sampling)
+        outputs = self.generate(prompts, sampling)
+        self.generate_seconds += time.perf_counter() - start
+        return outputs
+
+    def pop_generate_seconds(self) -> float:
+        """Time spent generating since the last call (the engine's busy time, for iteration timers)."""
+        seconds, self.generate_seconds = self.generate_seconds, 0.0
+        return seconds
 
     @abstractmethod
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:

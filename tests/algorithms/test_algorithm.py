@@ -57,6 +57,8 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     algo.stop()
 
     first = straight[0]
+    assert 0 < first["timers"]["generate_s"] < first["timers"]["sample_s"]
+    assert 0 < first["timers"]["outside_model_fraction"] < 1
     for section in ("env_runners", "learners", "timers", "throughput", "weight_sync", "counters"):
         assert section in first, section
     assert first["env_runners"]["num_trajectories"] == 12
