@@ -115,11 +115,14 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     algo.stop()
 
 
-def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tiny_checkpoint):
+def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tiny_checkpoint, tmp_path, monkeypatch):
     # With the exact-match reward an untrained model scores 0 everywhere: every group has zero variance.
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = (_config(tiny_checkpoint, "torch")
               .environment(env_config={"num_turns": 1, "reward": "exact"})
-              .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2))
+              .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
+              .debugging(wandb_project="memrl-test"))
     algo = config.build()
     result = algo.train()
     counters = result["counters"]
@@ -128,3 +131,5 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     assert counters["trajectories_trained"] == 0
     assert result["learners"] == {}
     algo.stop()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))  # no key: metrics were logged offline
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
