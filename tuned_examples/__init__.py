@@ -1,0 +1,1 @@
+"""Runnable scripts, one per method; each runs on its CPU default with no arguments."""

@@ -1,0 +1,1 @@
+"""DeepSpeed learners: micro-batching, losses, advantages and the data-parallel learner group."""

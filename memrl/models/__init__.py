@@ -1,0 +1,1 @@
+"""Models memrl builds itself (the embedded tiny Qwen2)."""
