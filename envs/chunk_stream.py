@@ -1,0 +1,230 @@
+"""MemAgent's world: a long context streamed chunk by chunk, then one question answered in \\boxed{}."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import fields
+from typing import ClassVar
+
+import gymnasium as gym
+
+from envs import multihop, niah
+from envs.loaders import QATask, load_tasks
+from envs.qa_metrics import em, extract_boxed, f1, sub_em
+from envs.text_space import clean, text_space
+
+TASKS = ("multihop", "niah", "file")
+"""Task sources: the two-hop fact generator, RULER NIAH, or rows of a local data file."""
+NO_MEMORY = "No relevant information."
+"""The scripted expert's memory before it has read any relevant fact."""
+
+
+class TokenCounter:
+    """Counts tokens with a Hugging Face tokenizer, or whitespace-separated words when there is none."""
+
+    def __init__(self, tokenizer_path: str | None = None):
+        self.tokenizer = None
+        if tokenizer_path is not None:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+            if not self.tokenizer.is_fast:
+                raise ValueError(f"tokenizer at {tokenizer_path} is not a fast tokenizer; chunking needs its offsets")
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`."""
+        if self.tokenizer is None:
+            return len(text.split())
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def boundaries(self, text: str) -> list[int]:
+        """Character offsets (> 0) where a token of `text` starts: the places a long text may be cut."""
+        if self.tokenizer is None:
+            starts = [m.start() for m in re.finditer(r"\S+", text)]
+        else:
+            offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            starts = [start for start, _ in offsets]
+        return sorted({s for s in starts if 0 < s < len(text)})
+
+
+def _split_long(text: str, budget: int, counter: TokenCounter) -> list[str]:
+    """`text` cut at token boundaries into pieces of at most `budget` tokens each."""
+    pieces, start = [], 0
+    cuts = counter.boundaries(text)
+    while counter.count(text[start:]) > budget:
+        candidates = [c for c in cuts if c > start]
+        lo, hi = 0, len(candidates) - 1  # largest cut whose piece fits; the first cut (one token) always does
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if counter.count(text[start : candidates[mid]]) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append(text[start : candidates[lo]])
+        start = candidates[lo]
+    pieces.append(text[start:])
+    return pieces
+
+
+def chunk_documents(documents: list[str] | tuple[str, ...], chunk_tokens: int, counter: TokenCounter) -> list[str]:
+    """The context (documents joined by "\\n") cut into consecutive chunks of at most `chunk_tokens` tokens.
+
+    Chunks are slices of the context, so "".join(chunks) == context; each "\\n" ends the chunk before it.
+    A document goes whole into a chunk when it fits in one; only a document longer than a chunk is split.
+    """
+    units = [doc + "\n" for doc in documents[:-1]] + [documents[-1]] if documents else []
+    chunks, current, current_count = [], "", 0
+    for unit in units:
+        # Counting units one by one keeps long contexts linear; every unit ends in "\n", where tokenizers cut.
+        count = counter.count(unit)
+        if current_count + count <= chunk_tokens:
+            current, current_count = current + unit, current_count + count
+            continue
+        if current:
+            chunks.append(current)
+        pieces = _split_long(unit, chunk_tokens, counter) if count > chunk_tokens else [unit]
+        chunks += pieces[:-1]
+        current, current_count = pieces[-1], counter.count(pieces[-1])
+    if current or not chunks:
+        chunks.append(current)
+    # Safety net for a tokenizer whose counts do not add up across a newline: cut such a chunk exactly.
+    exact = []
+    for chunk in chunks:
+        exact += _split_long(chunk, chunk_tokens, counter) if counter.count(chunk) > chunk_tokens else [chunk]
+    return exact
+
+
+def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], int]:
+    """A function from task seed to task, and a bound on its contexts' length in characters."""
+    if task == "file":
+        if set(task_kwargs) != {"data_path"}:
+            raise ValueError(f"task='file' takes exactly one option, data_path; got {sorted(task_kwargs)}")
+        tasks = load_tasks(task_kwargs["data_path"])
+        return (lambda seed: tasks[seed % len(tasks)]), max(len(t.context) for t in tasks)
+    module, config_cls = {"multihop": (multihop, multihop.MultiHopConfig), "niah": (niah, niah.NiahConfig)}[task]
+    allowed = sorted(f.name for f in fields(config_cls))
+    unknown = sorted(set(task_kwargs) - set(allowed))
+    if unknown:
+        raise ValueError(f"task={task!r} has no option(s) {unknown}; allowed: {allowed}")
+    config = config_cls(**task_kwargs)
+    return (lambda seed: module.make_task(seed, config)), config.max_context_chars()
+
+
+class ChunkStreamEnv(gym.Env):
+    """One question over a long context, read chunk by chunk (MemAgent) or all at once (the full-context baseline).
+
+    stream=True: reset shows chunk 0; each step's action (the agent's memory, not read by the env) is answered
+    with the next chunk; after the last chunk the observation is "" and the phase becomes "answer"; the next
+    action is the answer. stream=False: reset shows the whole context already in the answer phase.
+    The answer's reward is the exact match of its last \\boxed{...} after normalisation (1.0 or 0.0).
+
+    info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
+    chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
+    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, format_ok) and
+    "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
+    """
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(
+        self,
+        task: str = "multihop",
+        chunk_tokens: int = 24,
+        stream: bool = True,
+        tokenizer_path: str | None = None,
+        seed_offset: int = 0,
+        max_action_chars: int = 4096,
+        **task_kwargs,
+    ):
+        """`task_kwargs` go to the task's config (multihop.MultiHopConfig, niah.NiahConfig) or, for
+        task='file', are just data_path. The default chunk of 24 words holds three one-fact documents."""
+        if task not in TASKS:
+            raise ValueError(f"ChunkStreamEnv task={task!r} is not allowed; choose one of {TASKS}")
+        if not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+            raise ValueError(f"ChunkStreamEnv chunk_tokens must be an int >= 1, got {chunk_tokens!r}")
+        if not isinstance(max_action_chars, int) or max_action_chars < 1:
+            raise ValueError(f"ChunkStreamEnv max_action_chars must be an int >= 1, got {max_action_chars!r}")
+        self.task_name = task
+        self.chunk_tokens = chunk_tokens
+        self.stream = stream
+        self.seed_offset = seed_offset
+        self.max_action_chars = max_action_chars
+        self.counter = TokenCounter(tokenizer_path)
+        self._make_task, max_context_chars = _task_maker(task, task_kwargs)
+        # Chunks are slices of the context, so the context bound covers every observation.
+        self.observation_space = text_space(max_context_chars)
+        self.action_space = text_space(max_action_chars)
+        self.task: QATask | None = None
+        self.chunks: list[str] = []
+        self._chunk_index = 0
+        self._done = True
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        task_seed = seed + self.seed_offset if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        self.task = self._make_task(task_seed)
+        self.chunks = chunk_documents(self.task.documents, self.chunk_tokens, self.counter) if self.stream else []
+        self._chunk_index = 0
+        self._done = False
+        return (self.chunks[0] if self.stream else self.task.context), self._info()
+
+    @property
+    def phase(self) -> str:
+        """'memory' while chunks remain to be read, then 'answer'."""
+        return "memory" if self.stream and self._chunk_index < len(self.chunks) else "answer"
+
+    def step(self, action):
+        if self._done:
+            raise RuntimeError("ChunkStreamEnv.step called after the episode ended; call reset() first")
+        text = clean("" if action is None else str(action), self.max_action_chars)
+        if self.phase == "memory":
+            self._chunk_index += 1
+            obs = self.chunks[self._chunk_index] if self._chunk_index < len(self.chunks) else ""
+            return obs, 0.0, False, False, self._info()
+        self._done = True
+        boxed = extract_boxed(text)
+        prediction = "" if boxed is None else boxed
+        answers = list(self.task.answers)
+        metrics = {
+            "em": em(prediction, answers),
+            "f1": f1(prediction, answers),
+            "sub_em": sub_em(prediction, answers),
+            "format_ok": float(boxed is not None),
+        }
+        info = {**self._info(), "metrics": metrics, "answers": answers}
+        return "", metrics["em"], True, False, info
+
+    def expert_action(self) -> str:
+        """What a perfect MemAgent writes now, knowing only what it has read.
+
+        Memory phase: the gold fact sentences read so far (through the current chunk), in reading order,
+        joined by " ", or NO_MEMORY before the first. Multi-hop depths keep hop 1 before hop 2, so every gold
+        fact is recognisably relevant when it is read. Answer phase: \\boxed{first gold answer}.
+        """
+        if self.task is None or self._done:
+            raise RuntimeError("ChunkStreamEnv.expert_action needs a running episode; call reset() first")
+        if self.phase == "answer":
+            return f"\\boxed{{{self.task.answers[0]}}}"
+        if not self.task.gold_facts:
+            raise RuntimeError(
+                f"ChunkStreamEnv task={self.task_name!r} has no gold-fact labels, so there is no scripted memory; "
+                "only task='multihop' and task='niah' have one"
+            )
+        read_until = sum(len(c) for c in self.chunks[: self._chunk_index + 1])
+        context = self.task.context
+        seen = []
+        for fact in self.task.gold_facts:
+            # A fact starts a document or follows a space, never inside a longer name.
+            match = re.search(r"(?:^|(?<=\s))" + re.escape(fact), context)
+            if match and match.end() <= read_until:
+                seen.append((match.start(), fact))
+        return " ".join(fact for _, fact in sorted(seen)) or NO_MEMORY
+
+    def _info(self) -> dict:
+        return {
+            "question": self.task.question,
+            "phase": self.phase,
+            "chunk_index": self._chunk_index,
+            "num_chunks": len(self.chunks) if self.stream else 1,
+        }
