@@ -80,3 +80,21 @@ def test_same_seed_same_trajectories(engine, tiny_checkpoint):
     assert first.equals(again)
     assert not first.column("response_ids").equals(other.column("response_ids"))
     group.shutdown()
+
+
+def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
+    spec = EnvRunnerSpec(env="memrl/ChunkStream-v0",
+                         env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
+                         workflow="memagent", workflow_config={"memory_tokens": 16}, tokenizer_path=str(tiny_checkpoint),
+                         sampling=SamplingConfig(max_tokens=16), num_envs=4)
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec, engine)
+    batch, _ = ray.get(runner.sample.remote(_tasks(4), 0))
+    for t in from_arrow(batch):
+        # one memory call per chunk, then the answer call
+        assert len(t.conversations) >= 2
+        assert [list(c.spans) for c in t.conversations] == [["memory"]] * (len(t.conversations) - 1) + [["answer"]]
+        assert {"em", "f1", "sub_em", "format_ok"} <= set(t.metrics)
+        assert t.reward == t.metrics["em"]
+        # constant context: no call sees more than the template, the question, a chunk and a capped memory
+        assert t.metrics["peak_context_tokens"] < 400
+    ray.kill(runner)

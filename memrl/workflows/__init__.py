@@ -1,8 +1,13 @@
 """Context policies, by name."""
 
 from memrl.workflows.base import LastObservationWorkflow, Workflow
+from memrl.workflows.memagent import FullContextWorkflow, MemAgentWorkflow
 
-WORKFLOWS: dict[str, type[Workflow]] = {"last_observation": LastObservationWorkflow}
+WORKFLOWS: dict[str, type[Workflow]] = {
+    "last_observation": LastObservationWorkflow,
+    "memagent": MemAgentWorkflow,
+    "full_context": FullContextWorkflow,
+}
 """Registered workflows; env runners look workflows up here by name."""
 
 
