@@ -4,3 +4,11 @@ import gymnasium
 
 gymnasium.register(id="memrl/Echo-v0", entry_point="envs.echo:EchoEnv")
 gymnasium.register(id="memrl/ChunkStream-v0", entry_point="envs.chunk_stream:ChunkStreamEnv")
+
+
+def tokenizer_corpus(num_tasks: int = 2000, seed: int = 0):
+    """Representative text of every shipped env, for training a tokenizer that fits them (names, tags, answers)."""
+    from envs import multihop, niah
+
+    yield from multihop.corpus(num_tasks, seed)
+    yield from niah.corpus(max(1, num_tasks // 10), seed)

@@ -10,8 +10,10 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
+import envs
 from memrl.config import AlgorithmConfig
-from memrl.models.tiny import build_tiny_checkpoint
+from memrl.models.tiny import TinyModelConfig, build_tiny_checkpoint, default_corpus
+from memrl.workflows import memagent
 
 RUNS = Path("runs")
 """Where examples write models, checkpoints and results (relative to the working directory)."""
@@ -36,11 +38,18 @@ def init_ray(num_gpus: int) -> None:
         ray.init(num_cpus=max(8, os.cpu_count() or 1))
 
 
+def model_corpus() -> list[str]:
+    """Text the embedded model's tokenizer is trained on: generic text, every env's tasks and the prompt templates,
+    so that entity names and template words are single tokens."""
+    templates = [memagent.MEMORY_TEMPLATE, memagent.ANSWER_TEMPLATE, memagent.FULL_CONTEXT_TEMPLATE]
+    return [*default_corpus(), *envs.tokenizer_corpus(), *templates * 200]
+
+
 def default_model() -> str:
-    """The embedded tiny model, built once under runs/."""
+    """The embedded tiny model (random weights), built once under runs/."""
     path = RUNS / "tiny-model"
     if not (path / "config.json").is_file():
-        build_tiny_checkpoint(path)
+        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=1536), corpus=model_corpus())
     return str(path)
 
 
