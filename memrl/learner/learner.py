@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +25,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss  # noqa: E402
 from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_buckets  # noqa: E402
+
+# DeepSpeed 0.19's ZeRO-3 calls collectives that torch 2.13 marks deprecated, once per step on every rank.
+warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*", category=FutureWarning)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Training dtypes a learner accepts, by name."""
