@@ -7,7 +7,6 @@ as the engine produced them ("token in, token out"); training never re-tokenizes
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np

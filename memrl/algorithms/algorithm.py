@@ -7,6 +7,7 @@ so a run restored from a checkpoint continues exactly as the uninterrupted run w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -54,8 +55,8 @@ class Algorithm(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         self.cfg = type(self.get_default_config()).from_dict(config)
         self.cfg.validate()
-        env, run, learn, train, dbg = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
-                                       self.cfg.training_cfg, self.cfg.debugging_cfg)
+        run, learn, train, dbg = (self.cfg.env_runners_cfg, self.cfg.learners_cfg, self.cfg.training_cfg,
+                                  self.cfg.debugging_cfg)
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
@@ -70,12 +71,10 @@ class Algorithm(tune.Trainable):
         )
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
         _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine)
-        spec = EnvRunnerSpec(env=env.env, env_config=env.env_config, workflow=run.workflow,
-                             workflow_config=run.workflow_config, tokenizer_path=learn.model_path,
-                             sampling=run.sampling(), num_envs=run.num_envs_per_env_runner,
-                             max_calls=run.max_calls_per_episode)
-        self.env_runner_group = EnvRunnerGroup(spec, self.engines, run.num_env_runners)
+        self.env_runner_group = EnvRunnerGroup(self._runner_spec({}, run.temperature), self.engines,
+                                               run.num_env_runners)
         self._eval_group: EnvRunnerGroup | None = None
+        self._eval_overrides: dict | None = None
         self._init_weight_sync()
         self._wandb = None
         if dbg.wandb_project:
@@ -84,6 +83,15 @@ class Algorithm(tune.Trainable):
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(project=dbg.wandb_project, config=self.cfg.to_dict(), mode=mode,
                                      reinit="create_new")
+
+    def _runner_spec(self, env_overrides: dict, temperature: float) -> EnvRunnerSpec:
+        """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`."""
+        env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
+        sampling = dataclasses.replace(run.sampling(), temperature=temperature)
+        return EnvRunnerSpec(env=env.env, env_config={**env.env_config, **env_overrides}, workflow=run.workflow,
+                             workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
+                             sampling=sampling, num_envs=run.num_envs_per_env_runner,
+                             max_calls=run.max_calls_per_episode)
 
     def _make_engine(self, index: int):
         run, learn = self.cfg.env_runners_cfg, self.cfg.learners_cfg
@@ -236,17 +244,11 @@ class Algorithm(tune.Trainable):
         ev = self.cfg.evaluation_cfg
         n = num_tasks or ev.evaluation_num_tasks
         overrides = {**ev.evaluation_env_config, **(env_config or {})}
-        if self._eval_group is None or overrides != getattr(self, "_eval_overrides", None):
+        if self._eval_group is None or overrides != self._eval_overrides:
             if self._eval_group is not None:
                 self._eval_group.shutdown()
-            env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
-            sampling = run.sampling()
-            sampling.temperature = ev.evaluation_temperature
-            spec = EnvRunnerSpec(env=env.env, env_config={**env.env_config, **overrides}, workflow=run.workflow,
-                                 workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
-                                 sampling=sampling, num_envs=run.num_envs_per_env_runner,
-                                 max_calls=run.max_calls_per_episode)
-            self._eval_group = EnvRunnerGroup(spec, self.engines, run.num_env_runners)
+            self._eval_group = EnvRunnerGroup(self._runner_spec(overrides, ev.evaluation_temperature), self.engines,
+                                              self.cfg.env_runners_cfg.num_env_runners)
             self._eval_overrides = overrides
         rng = np.random.default_rng([self.seed, 2**31 - 1])
         seeds = 2 * rng.choice(2**30, size=n, replace=False) + 1
