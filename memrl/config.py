@@ -103,6 +103,9 @@ class TrainingConfig:
     """Distinct tasks (groups) sampled per iteration."""
     group_size: int = 8
     """Trajectories per task; advantages compare within a group."""
+    num_minibatches: int = 1
+    """Optimizer steps per iteration: the kept trajectories are split in order into this many mini-batches (PPO's
+    mini-batch updates; the clip ratio keeps later steps near the sampling policy)."""
     norm_adv_by_std: bool = False
     """Divide group advantages by the group std (GRPO); False is DAPO / Dr.GRPO."""
     dynamic_sampling: bool = False
@@ -235,6 +238,7 @@ class AlgorithmConfig(_Config):
             "learners.weight_sync_bucket_bytes": learn.weight_sync_bucket_bytes,
             "training.tasks_per_iteration": train.tasks_per_iteration,
             "training.group_size": train.group_size,
+            "training.num_minibatches": train.num_minibatches,
             "training.dynamic_sampling_max_rounds": train.dynamic_sampling_max_rounds,
         }
         for name, value in positive.items():

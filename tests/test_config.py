@@ -51,6 +51,7 @@ def test_unknown_field_is_named():
         (lambda c: c.env_runners(engine="sglang"), r"env_runners.engine='sglang' is not allowed.*'torch', 'vllm'"),
         (lambda c: c.env_runners(workflow="nope"), "env_runners.workflow='nope' is not registered"),
         (lambda c: c.training(group_size=0), "training.group_size=0 is not allowed"),
+        (lambda c: c.training(num_minibatches=0), "training.num_minibatches=0 is not allowed"),
         (lambda c: c.env_runners(num_env_runners=1.5), "env_runners.num_env_runners=1.5 is not allowed"),
         (lambda c: c.training(lr=0.0), "training.lr=0.0 is not allowed"),
         (lambda c: c.env_runners(temperature=-1.0), "temperature"),

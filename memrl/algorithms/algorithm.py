@@ -20,12 +20,12 @@ import numpy as np
 import ray
 import torch
 from ray import tune
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.env_runner import EnvRunnerSpec, Task, summarize
 from memrl.env_runner_group import EnvRunnerGroup
 from memrl.episode import Trajectory, from_arrow
+from memrl.evaluation import eval_summary, sample_heldout, start_engine
 from memrl.learner.advantages import (
     broadcast_to_conversations,
     dynamic_sampling_mask,
@@ -35,7 +35,6 @@ from memrl.learner.advantages import (
 from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import kl_penalty_in_reward
-from memrl.stats import mean_interval
 
 STATE_FILE = "algorithm_state.json"
 
@@ -94,15 +93,9 @@ class Algorithm(tune.Trainable):
                              max_calls=run.max_calls_per_episode)
 
     def _make_engine(self, index: int):
-        run, learn = self.cfg.env_runners_cfg, self.cfg.learners_cfg
-        if run.engine == "vllm":
-            from memrl.engines.vllm_engine import VLLMEngine as engine_cls
-        else:
-            from memrl.engines.torch_engine import TorchEngine as engine_cls
-        # Not inside the caller's placement group: under Tune that group holds only the trial actor itself.
-        actor = ray.remote(num_cpus=1, num_gpus=run.num_gpus_per_engine)(engine_cls).options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
-        return actor.remote(learn.model_path, seed=self.seed + index, **run.engine_config)
+        run = self.cfg.env_runners_cfg
+        return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
+                            num_gpus=run.num_gpus_per_engine, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)
@@ -134,10 +127,8 @@ class Algorithm(tune.Trainable):
                     row["ref_logprobs"] = lp
             rewards = self.training_rewards(kept, rows)
             advantages = self.trajectory_advantages(kept, rewards)
-            for row, adv in zip(rows, broadcast_to_conversations(advantages, [len(t.conversations) for t in kept])):
-                row["advantages"] = np.full(len(row["response_ids"]), adv, dtype=np.float32)
-            learner_metrics = self.learner_group.train_step(rows, train.loss,
-                                                            max_tokens=self.cfg.env_runners_cfg.max_tokens)
+            self.assign_advantages(rows, kept, advantages)
+            learner_metrics = self._train_minibatches(rows, kept)
             self.counters["trajectories_trained"] += len(kept)
             self.counters["conversations_trained"] += len(rows)
         t_learned = time.perf_counter()
@@ -219,6 +210,23 @@ class Algorithm(tune.Trainable):
         return group_advantages(rewards, [t.group_id for t in trajectories],
                                 norm_std=self.cfg.training_cfg.norm_adv_by_std)
 
+    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory]) -> dict[str, float]:
+        """training.num_minibatches optimizer steps, each on the rows of a contiguous share of the trajectories.
+
+        Counts (tokens, rows, micro-batches, passes) are summed over the steps; every other metric is their mean;
+        optimizer_steps says how many steps were taken."""
+        train = self.cfg.training_cfg
+        owner = np.repeat(np.arange(len(trajectories)), [len(t.conversations) for t in trajectories])
+        steps = []
+        for share in np.array_split(np.arange(len(trajectories)), min(train.num_minibatches, len(trajectories))):
+            picked = np.flatnonzero(np.isin(owner, share))
+            steps.append(self.learner_group.train_step([rows[i] for i in picked], train.loss,
+                                                       max_tokens=self.cfg.env_runners_cfg.max_tokens))
+        counts = ("tokens", "rows", "micro_batches", "forward_passes")
+        merged = {k: float(np.sum([s[k] for s in steps]) if k in counts else np.mean([s[k] for s in steps]))
+                  for k in steps[0]}
+        return {**merged, "optimizer_steps": float(len(steps))}
+
     @staticmethod
     def build_rows(trajectories: list[Trajectory]) -> list[dict[str, np.ndarray]]:
         """Learner rows, one per conversation in trajectory order (advantages are added by the caller)."""
@@ -227,6 +235,14 @@ class Algorithm(tune.Trainable):
              "old_logprobs": c.logprobs}
             for t in trajectories for c in t.conversations
         ]
+
+    @staticmethod
+    def assign_advantages(rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
+                          advantages: np.ndarray) -> None:
+        """Give every response token of each conversation row its trajectory's advantage (rows from build_rows)."""
+        per_row = broadcast_to_conversations(advantages, [len(t.conversations) for t in trajectories])
+        for row, adv in zip(rows, per_row, strict=True):
+            row["advantages"] = np.full(len(row["response_ids"]), adv, dtype=np.float32)
 
     def sync_weights(self) -> dict[str, float]:
         """Broadcast the learner's weights to every engine as the next version."""
@@ -250,14 +266,7 @@ class Algorithm(tune.Trainable):
             self._eval_group = EnvRunnerGroup(self._runner_spec(overrides, ev.evaluation_temperature), self.engines,
                                               self.cfg.env_runners_cfg.num_env_runners)
             self._eval_overrides = overrides
-        rng = np.random.default_rng([self.seed, 2**31 - 1])
-        seeds = 2 * rng.choice(2**30, size=n, replace=False) + 1
-        tasks = [Task(seed=int(s), group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
-        table, _ = self._eval_group.sample(tasks, seed=_derive_seed(self.seed, -1))
-        trajectories = from_arrow(table)
-        mean, low, high = mean_interval([t.reward for t in trajectories])
-        return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
-                "num_tasks": float(len(trajectories))}
+        return eval_summary(sample_heldout(self._eval_group, n, self.seed))
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -295,6 +304,12 @@ class Algorithm(tune.Trainable):
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        return str(path)
+
+    def save_model(self, path: str | os.PathLike) -> str:
+        """Write the current policy as a Hugging Face checkpoint (model and tokenizer) to `path`."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.learner_group.save_hf(str(path))
         return str(path)
 
     def restore_from_path(self, path: str | os.PathLike) -> None:

@@ -133,3 +133,13 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     algo.stop()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))  # no key: metrics were logged offline
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_session, tiny_checkpoint):
+    algo = _config(tiny_checkpoint, "torch").training(num_minibatches=2).build()
+    result = algo.train()
+    learners = result["learners"]
+    assert learners["optimizer_steps"] == 2
+    assert learners["rows"] == result["counters"]["conversations_trained"] == 24
+    assert learners["tokens"] == result["env_runners"]["new_tokens"]
+    algo.stop()

@@ -1,0 +1,59 @@
+"""Multi-conversation DAPO/GRPO: trajectory advantages broadcast to conversations, token mean over all of them."""
+
+import numpy as np
+import pytest
+import torch
+
+from memrl.algorithms import DAPOConfig, GRPOConfig
+from memrl.algorithms.algorithm import Algorithm
+from memrl.episode import Conversation, Trajectory
+from memrl.learner.advantages import group_advantages
+from memrl.learner.batching import pad_rows
+from memrl.learner.losses import compute_loss
+
+
+def _trajectory(response_lengths: list[int], reward: float, group: str) -> Trajectory:
+    convs = [Conversation(prompt_ids=np.arange(1, 4), response_ids=np.arange(5, 5 + n),
+                          logprobs=np.full(n, -1.0, np.float32)) for n in response_lengths]
+    return Trajectory(convs, reward=reward, group_id=group)
+
+
+def test_dapo_advantage_reaches_every_token_of_every_conversation_and_token_mean_weighs_tokens_equally():
+    # One group of three trajectories with 1, 3 and 2 conversations (MemAgent: one per chunk plus the answer).
+    trajectories = [_trajectory([2], 1.0, "g"), _trajectory([1, 4, 2], 0.0, "g"), _trajectory([3, 1], 1.0, "g")]
+    cfg = DAPOConfig()
+    advantages = group_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories],
+                                  norm_std=cfg.training_cfg.norm_adv_by_std)
+    np.testing.assert_allclose(advantages, [1 / 3, -2 / 3, 1 / 3])  # R - group mean, no std (DAPO)
+
+    rows = Algorithm.build_rows(trajectories)
+    Algorithm.assign_advantages(rows, trajectories, advantages)
+    assert len(rows) == 6
+    expected = [[1 / 3] * 2, [-2 / 3], [-2 / 3] * 4, [-2 / 3] * 2, [1 / 3] * 3, [1 / 3]]
+    for row, exp in zip(rows, expected, strict=True):
+        np.testing.assert_allclose(row["advantages"], exp, rtol=1e-6)
+
+    # token_mean over all conversations at ratio 1: loss = -sum(A over tokens) / tokens, each token weighted 1/13.
+    batch = pad_rows(rows)
+    logprobs = batch.response_values(rows, "old_logprobs").requires_grad_(True)
+    old = batch.response_values(rows, "old_logprobs")
+    adv = batch.response_values(rows, "advantages")
+    num_tokens = float(batch.response_mask.sum())
+    assert num_tokens == 13
+    loss, _ = compute_loss(cfg.training_cfg.loss, logprobs, old, adv, batch.response_mask, num_tokens, len(rows))
+    assert loss.item() == pytest.approx(-(2 / 3 - 7 * 2 / 3 + 4 / 3) / 13, abs=1e-6)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, -adv / 13)
+
+
+def test_assign_advantages_rejects_rows_that_do_not_match_the_trajectories():
+    trajectories = [_trajectory([2, 2], 1.0, "g"), _trajectory([1], 0.0, "g")]
+    rows = Algorithm.build_rows(trajectories)[:2]
+    with pytest.raises(ValueError):
+        Algorithm.assign_advantages(rows, trajectories, np.array([0.5, -0.5]))
+
+
+def test_grpo_normalises_by_the_group_std():
+    rewards = [1.0, 0.0, 1.0, 0.0]
+    adv = group_advantages(rewards, ["g"] * 4, norm_std=GRPOConfig().training_cfg.norm_adv_by_std)
+    np.testing.assert_allclose(adv, np.array([0.5, -0.5, 0.5, -0.5]) / np.std(rewards, ddof=1), rtol=1e-5)

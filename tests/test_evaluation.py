@@ -1,0 +1,56 @@
+"""Held-out evaluation: disjoint task seeds, intervals, and greedy rollouts of a checkpoint on its own engine."""
+
+import numpy as np
+import pytest
+
+from memrl.episode import Conversation, Trajectory
+from memrl.evaluation import eval_summary, evaluate_checkpoint, heldout_tasks, start_engine
+from memrl.stats import mean_interval, wilson_interval
+
+
+def _trajectory(reward: float, calls: int = 1) -> Trajectory:
+    conv = Conversation(prompt_ids=np.arange(1, 5), response_ids=np.arange(6, 8), logprobs=np.zeros(2, np.float32))
+    return Trajectory([conv] * calls, reward=reward, metrics={"peak_context_tokens": 6.0, "num_calls": calls})
+
+
+def test_heldout_tasks_are_distinct_odd_seeds_fixed_by_the_seed():
+    tasks = heldout_tasks(3, 200)
+    seeds = [t.seed for t in tasks]
+    assert len(set(seeds)) == 200 and all(s % 2 == 1 for s in seeds)  # training draws even seeds
+    assert [t.seed for t in heldout_tasks(3, 200)] == seeds
+    assert set(seeds).isdisjoint(t.seed for t in heldout_tasks(4, 200))
+    assert len({t.traj_id for t in tasks}) == len({t.group_id for t in tasks}) == 200
+
+
+def test_eval_summary_uses_wilson_for_accuracy_and_normal_interval_otherwise():
+    binary = [_trajectory(r) for r in [1.0] * 19 + [0.0]]
+    s = eval_summary(binary)
+    assert s["reward_mean"] == pytest.approx(0.95)
+    assert (s["reward_ci_low"], s["reward_ci_high"]) == pytest.approx(wilson_interval(19, 20))
+    assert s["reward_ci_high"] <= 1.0 and s["num_tasks"] == 20
+    graded = [_trajectory(r, calls=2) for r in (0.2, 0.5, 0.9)]
+    s = eval_summary(graded)
+    assert (s["reward_mean"], s["reward_ci_low"], s["reward_ci_high"]) == pytest.approx(mean_interval([0.2, 0.5, 0.9]))
+    assert s["num_calls_mean"] == 2.0 and s["peak_context_tokens_max"] == 6.0
+
+
+def test_start_engine_rejects_unknown_engines():
+    with pytest.raises(ValueError, match="engine='sglang' is not allowed"):
+        start_engine("/nowhere", "sglang")
+
+
+def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tiny_checkpoint):
+    results = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0",
+                                  [{"num_turns": 1, "reward": "similarity"}, {"num_turns": 3, "reward": "similarity"}],
+                                  "last_observation", {}, num_tasks=5, max_tokens=4, engine="torch")
+    assert len(results) == 2
+    (short, short_trajs), (long, long_trajs) = results
+    assert short["num_tasks"] == long["num_tasks"] == 5
+    assert [len(t.conversations) for t in short_trajs] == [1] * 5
+    assert [len(t.conversations) for t in long_trajs] == [3] * 5
+    assert [t.traj_id for t in short_trajs] == [t.traj_id for t in heldout_tasks(0, 5)]
+    # Greedy: the same checkpoint and tasks give the same answers again.
+    again = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [{"num_turns": 1, "reward": "similarity"}],
+                                "last_observation", {}, num_tasks=5, max_tokens=4, engine="torch")
+    assert [t.conversations[0].response_ids.tolist() for t in again[0][1]] == \
+        [t.conversations[0].response_ids.tolist() for t in short_trajs]
