@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import fields
@@ -20,15 +21,21 @@ NO_MEMORY = "No relevant information."
 """The scripted expert's memory before it has read any relevant fact."""
 
 
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(path: str):
+    # Loaded once per process: a runner holds many envs, and only reads the tokenizer.
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 class TokenCounter:
     """Counts tokens with a Hugging Face tokenizer, or whitespace-separated words when there is none."""
 
     def __init__(self, tokenizer_path: str | None = None):
         self.tokenizer = None
         if tokenizer_path is not None:
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+            self.tokenizer = _load_tokenizer(str(tokenizer_path))
             if not self.tokenizer.is_fast:
                 raise ValueError(f"tokenizer at {tokenizer_path} is not a fast tokenizer; chunking needs its offsets")
 

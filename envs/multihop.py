@@ -57,6 +57,8 @@ QUESTIONS = {
     "born": "Where was the employer of {x} born?",
     "founded": "Where was the employer of {x} founded?",
 }
+MAX_FIRST_DOC_NUMBER = 2000
+"""Largest first document number drawn when MultiHopConfig.first_doc_number is None."""
 FACT_RE = re.compile(r"(.+?) (works for|was born in|was founded in) (.+?)\.")
 """Parses a fact sentence into (subject, relation, object); tests and users check answer uniqueness with it."""
 
@@ -81,6 +83,10 @@ class MultiHopConfig:
     """'short': one-word names. 'long': two-word names (a second word per entity)."""
     chain: str = "born"
     """Which relation chain the question follows; one of CHAINS."""
+    first_doc_number: int | None = 1
+    """Number of the first document ("Document 1:", as RULER). None draws it per task from the seed in
+    [1, MAX_FIRST_DOC_NUMBER], the same at every num_docs: numbers then say nothing about where a document sits,
+    so a model trained at one length cannot use "Document 10" as a sign that the context is about to end."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_docs, int) or self.num_docs < 2:
@@ -95,6 +101,13 @@ class MultiHopConfig:
             )
         if self.chain not in CHAINS:
             raise ValueError(f"MultiHopConfig.chain={self.chain!r} is not allowed; choose one of {CHAINS}")
+        if self.first_doc_number is not None and (
+            not isinstance(self.first_doc_number, int) or self.first_doc_number < 0
+        ):
+            raise ValueError(
+                f"MultiHopConfig.first_doc_number={self.first_doc_number!r} is not allowed; give an int >= 0, "
+                "or None to draw it from the seed"
+            )
         if self.gold_positions is not None:
             p = self.gold_positions
             if len(p) != 2 or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in p) or p[0] > p[1]:
@@ -109,7 +122,8 @@ class MultiHopConfig:
             len(s) for s in SURNAMES + COMPANY_SUFFIXES + CITY_SUFFIXES
         )
         fact = 2 * longest + len(" was founded in .")
-        doc = len(f"Document {self.num_docs}: ") + self.facts_per_doc * (fact + 1)
+        last = (MAX_FIRST_DOC_NUMBER if self.first_doc_number is None else self.first_doc_number) + self.num_docs
+        doc = len(f"Document {last}: ") + self.facts_per_doc * (fact + 1)
         return self.num_docs * (doc + 1)
 
 
@@ -179,12 +193,15 @@ def make_task(seed: int, config: MultiHopConfig | None = None) -> QATask:
         i1, i2 = (i1, i1 + 1) if i1 + 1 < n else (n - 2, n - 1)
     stream = _distractor_stream(seed, config, gold, others)
     slot_rng = random.Random(f"multihop-slots-{seed}")
+    first = config.first_doc_number
+    if first is None:
+        first = random.Random(f"multihop-numbers-{seed}").randint(1, MAX_FIRST_DOC_NUMBER)
     documents = []
     for i in range(n):
         facts = [next(stream) for _ in range(k - 1 if i in (i1, i2) else k)]
         if i in (i1, i2):
             facts.insert(slot_rng.randrange(k), gold[0] if i == i1 else gold[1])
-        documents.append(f"Document {i + 1}: " + " ".join(facts))
+        documents.append(f"Document {first + i}: " + " ".join(facts))
     return QATask(question=question, documents=tuple(documents), answers=(answer,), gold_facts=tuple(gold))
 
 

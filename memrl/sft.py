@@ -74,6 +74,8 @@ class SFTConfig:
     """Seeds the env tasks, the batch draws, the learners and the evaluation engine."""
     eval_every: int = 100
     """Evaluate every this many steps (and before the first and after the last)."""
+    keep_eval_checkpoints: bool = False
+    """Also save the weights of every evaluation as a checkpoint in out/step_<N> (to pick a training length)."""
 
     def __post_init__(self) -> None:
         for name in ("num_train_tasks", "num_eval_tasks", "batch_size", "steps", "num_learners", "token_budget",
@@ -267,6 +269,8 @@ def train_sft(config: SFTConfig) -> dict:
             train_nll.append(metrics["nll"])
             if step % config.eval_every == 0 or step == config.steps:
                 curve.append(evaluate(step))
+                if config.keep_eval_checkpoints and step < config.steps:
+                    group.save_hf(str(Path(config.out) / f"step_{step}"))
             bar.set_postfix(nll=f"{metrics['nll']:.3f}", eval_nll=f"{curve[-1]['eval_nll']:.3f}",
                             exact=f"{curve[-1]['call_exact_match']:.2f}")
         Path(config.out).mkdir(parents=True, exist_ok=True)
@@ -309,11 +313,17 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+    return text.lower() in ("true", "1")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
     """SFTConfig from command-line flags: one per field (--env-config as a JSON object; --model for model_path)."""
     parser = argparse.ArgumentParser(description="SFT warm-start on scripted-expert trajectories.")
     docs = _field_docs(SFTConfig)
-    types = {"str": str, "int": int, "float": float, "dict": _json_object}
+    types = {"str": str, "int": int, "float": float, "dict": _json_object, "bool": _boolean}
     for f in dataclasses.fields(SFTConfig):
         flags = [f"--{f.name.replace('_', '-')}"] + (["--model"] if f.name == "model_path" else [])
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -325,9 +335,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
         parser.error(str(exc))
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Command-line entry point: start (or join) Ray, train, print the before/after figures."""
-    config = parse_args(argv)
+def run(config: SFTConfig) -> dict:
+    """Start (or join) Ray, train, print the before/after figures; returns the summary."""
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
@@ -341,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
               f"[{m['reward_ci_low']:.3f}, {m['reward_ci_high']:.3f}]")
     print(f"wrote {config.out} in {summary['wall_s']:.0f} s")
     return summary
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Command-line entry point: `run` with the flags' config."""
+    return run(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from envs.multihop import (
     CITIES,
     COMPANIES,
     FACT_RE,
+    MAX_FIRST_DOC_NUMBER,
     PEOPLE,
     SURNAMES,
     MultiHopConfig,
@@ -133,3 +134,24 @@ def test_context_bound_and_corpus():
     assert len(lines) == 8 * (10 + 2)
     assert any("founded" in line for line in lines) and any("\\boxed{" in line for line in lines)
     assert any(len(line.split()) > 7 and line.startswith("Document") for line in lines)  # long names appear
+
+
+def test_drawn_first_doc_number_is_fixed_by_the_seed_and_hides_position():
+    def numbers(task):
+        return [int(re.match(r"Document (\d+):", d).group(1)) for d in task.documents]
+
+    config = MultiHopConfig(first_doc_number=None)
+    firsts = {numbers(make_task(s, config))[0] for s in range(50)}
+    assert len(firsts) > 40 and min(firsts) >= 1 and max(firsts) <= MAX_FIRST_DOC_NUMBER
+    for seed in range(5):
+        short, long = make_task(seed, config), make_task(seed, MultiHopConfig(num_docs=80, first_doc_number=None))
+        assert numbers(long)[:10] == numbers(short) == list(range(numbers(short)[0], numbers(short)[0] + 10))
+        assert long.question == short.question and long.answers == short.answers
+        # Only the labels differ from the RULER-style numbering from 1.
+        plain = make_task(seed, MultiHopConfig())
+        assert [d.split(": ", 1)[1] for d in plain.documents] == [d.split(": ", 1)[1] for d in short.documents]
+    assert numbers(make_task(0, MultiHopConfig(first_doc_number=0)))[0] == 0
+    assert len(make_task(3, MultiHopConfig(num_docs=160, first_doc_number=None)).context) <= MultiHopConfig(
+        num_docs=160, first_doc_number=None).max_context_chars()
+    with pytest.raises(ValueError, match="first_doc_number=-1 is not allowed"):
+        MultiHopConfig(first_doc_number=-1)
