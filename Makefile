@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 train: setup
-	$(PY) tuned_examples/echo_dapo.py
+	$(PY) tuned_examples/memagent_dapo.py
 
 test: setup
 	$(PY) -m pytest

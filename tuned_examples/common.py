@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 import ray
@@ -31,7 +32,10 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 def init_ray(num_gpus: int) -> None:
     """Join the Ray cluster (GPU runs) or start a local one whose CPU slots outnumber the cores, so that
-    learners, engines and runners all fit on a small CPU machine (they mostly wait on each other)."""
+    learners, engines and runners all fit on a small CPU machine (they mostly wait on each other).
+    Does nothing when Ray is already running in this process."""
+    if ray.is_initialized():
+        return
     if num_gpus or os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
@@ -63,7 +67,10 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
 
 
 def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
-    """Build, evaluate before, train with a progress bar, evaluate after, checkpoint; returns the summary."""
+    """Build, evaluate before, train with a progress bar, evaluate after, write the algorithm checkpoint to
+    out/checkpoint, the policy to out/model (a Hugging Face checkpoint), the figures to out/summary.json and
+    the learning curve to out/curve.png."""
+    start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     algo = config.build()
     before = algo.evaluate()
@@ -76,10 +83,39 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
                         it_s=f"{result['timers']['iteration_s']:.1f}")
     after = algo.evaluate()
     algo.save_to_path(out / "checkpoint")
+    algo.save_model(out / "model")
     algo.stop()
-    summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after}
+    summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after,
+               "wall_s": time.perf_counter() - start}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot_curve(summary, out / "curve.png")
     for name, ev in (("before", before), ("after", after)):
         print(f"held-out reward {name} training: {ev['reward_mean']:.3f} "
               f"[{ev['reward_ci_low']:.3f}, {ev['reward_ci_high']:.3f}] over {int(ev['num_tasks'])} tasks")
+    print(f"wrote {out} in {summary['wall_s']:.0f} s")
     return summary
+
+
+def plot_curve(summary: dict, path: Path) -> None:
+    """Training reward per iteration, with the held-out reward (and its interval) before and after training."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = summary["reward_per_iteration"]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(range(1, len(curve) + 1), curve, marker=".", label="training reward (sampled)")
+    for x, name in ((0, "eval_before"), (len(curve), "eval_after")):
+        ev = summary[name]
+        ax.errorbar([x], [ev["reward_mean"]], yerr=[[ev["reward_mean"] - ev["reward_ci_low"]],
+                                                    [ev["reward_ci_high"] - ev["reward_mean"]]],
+                    fmt="s", capsize=4, color="black")
+    ax.plot([], [], "s", color="black", label="held-out reward, greedy (95% CI)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("reward")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

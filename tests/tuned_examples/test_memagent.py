@@ -1,0 +1,84 @@
+"""The MemAgent tuned example for real: the paper preset, a short DAPO run of the CPU default from the shipped
+warm-start, the warm-start build's short form and the accuracy-vs-length command."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from memrl.sft import SUMMARY_FILE
+from tuned_examples import memagent_eval, memagent_sft
+from tuned_examples.common import train
+from tuned_examples.memagent_dapo import (
+    BASELINE_WINDOW,
+    MEMORY_TOKENS,
+    PAPER,
+    WARM_START,
+    config,
+    cpu_task,
+    paper_config,
+)
+
+
+def test_paper_preset_sized_for_gpus():
+    cfg = paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=16)
+    cfg.validate()
+    assert cfg.training_cfg.group_size == 16 and cfg.training_cfg.lr == 1e-6
+    assert cfg.training_cfg.loss.kl_coef == 1e-3 and cfg.training_cfg.loss.clip_high == 0.28
+    assert cfg.environment_cfg.env_config["chunk_tokens"] == 5000
+    assert cfg.env_runners_cfg.workflow_config == {"memory_tokens": 1024}
+    assert cfg.learners_cfg.num_learners == 8 and cfg.env_runners_cfg.num_engines == 8
+    assert paper_config("/ckpt", 2, data_path="/data/train.parquet").environment_cfg.env_config["task"] == "file"
+    assert cfg.env_runners_cfg.engine_config["max_model_len"] == PAPER["window_tokens"] == 8192
+
+
+def test_cpu_task_rejects_unknown_workflows():
+    with pytest.raises(ValueError, match="workflow='react' is not allowed"):
+        cpu_task("react", tokenizer_path="x")
+
+
+@pytest.mark.slow
+def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
+    cfg = (config(WARM_START)
+           .env_runners(num_envs_per_env_runner=8)
+           .training(tasks_per_iteration=2, group_size=4)
+           .evaluation(evaluation_num_tasks=16))
+    summary = train(cfg, iterations=2, out=tmp_path)
+    assert len(summary["reward_per_iteration"]) == 2
+    # The shipped warm-start already answers: greedy accuracy well above chance on held-out questions.
+    assert summary["eval_before"]["reward_mean"] >= 0.3
+    assert summary["eval_after"]["num_tasks"] == 16
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "model") is not None
+    assert (tmp_path / "checkpoint" / "algorithm_state.json").is_file()
+    assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] > 0
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
+    for workflow in ("memagent", "full_context"):
+        summary = memagent_sft.build(workflow, tmp_path / workflow, steps=2, num_train_tasks=4, num_eval_tasks=4,
+                                     model=tiny_checkpoint)
+        assert summary["config"]["workflow"] == workflow
+        assert [m["step"] for m in summary["curve"]] == [0, 2]
+        assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
+        assert (tmp_path / workflow / SUMMARY_FILE).is_file()
+        assert AutoModelForCausalLM.from_pretrained(tmp_path / workflow) is not None
+
+
+@pytest.mark.slow
+def test_length_table_of_the_shipped_policies(ray_session, tmp_path):
+    rows = memagent_eval.length_table(memagent_eval.policies(None), [1, 4], num_tasks=16, engine="torch")
+    by = {(r["policy"], r["multiplier"]): r for r in rows}
+    assert len(rows) == 4 and all(r["num_tasks"] == 16 for r in rows)
+    assert by["MemAgent warm-start", 4]["document_tokens"] > 3 * by["MemAgent warm-start", 1]["document_tokens"]
+    # MemAgent's calls stay the same size however long the document; the baseline's grow up to its window.
+    agent = [by["MemAgent warm-start", m]["peak_tokens_per_call"] for m in (1, 4)]
+    assert agent[1] <= agent[0] + MEMORY_TOKENS
+    assert by["MemAgent warm-start", 4]["calls_per_task"] > 3 * by["MemAgent warm-start", 1]["calls_per_task"]
+    base = [by["full-context baseline", m]["peak_tokens_per_call"] for m in (1, 4)]
+    assert base[0] < base[1] <= BASELINE_WINDOW + MEMORY_TOKENS
+    assert by["MemAgent warm-start", 1]["accuracy"] >= 0.3
+    memagent_eval.plot(rows, tmp_path / "length.png")
+    assert (tmp_path / "length.png").stat().st_size > 10_000
+    assert memagent_eval.markdown(rows).count("\n") == 2 + len(rows)

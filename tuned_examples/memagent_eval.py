@@ -1,0 +1,139 @@
+"""Accuracy vs context length for MemAgent (the trained policy and its warm-start) and the full-context baseline.
+
+    python tuned_examples/memagent_eval.py                    # after tuned_examples/memagent_dapo.py
+    python tuned_examples/memagent_eval.py --policy runs/memagent_dapo/model --multipliers 1 2 4 8 16
+
+Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
+facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
+95% interval, sub_em and F1, peak tokens per call and total tokens per task. Writes length.json, length.md
+(the table) and length.png (accuracy and peak tokens per call against length) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+from envs import multihop
+from envs.chunk_stream import TokenCounter
+from memrl.evaluation import evaluate_checkpoint, heldout_tasks
+from tuned_examples.common import RUNS, init_ray
+from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
+
+MULTIPLIERS = (1, 2, 4, 8, 16)
+"""Document lengths, as multiples of the training length."""
+TRAINED = RUNS / "memagent_dapo" / "model"
+"""Where tuned_examples/memagent_dapo.py writes the trained policy."""
+
+
+def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
+    """(name, checkpoint, workflow) of each policy to measure; the trained one only when given."""
+    rows = [("RL-MemAgent", trained, "memagent")] if trained is not None else []
+    return rows + [("MemAgent warm-start", WARM_START, "memagent"), ("full-context baseline", BASELINE, "full_context")]
+
+
+def document_tokens(tokenizer_path: Path, num_docs: int, num_tasks: int, seed: int) -> float:
+    """Mean length in tokens of the held-out documents at `num_docs` documents."""
+    counter = TokenCounter(str(tokenizer_path))
+    config = multihop.MultiHopConfig(num_docs=num_docs)
+    return float(np.mean([counter.count(multihop.make_task(t.seed, config).context)
+                          for t in heldout_tasks(seed, num_tasks)]))
+
+
+def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, engine: str,
+                 seed: int = 0) -> list[dict]:
+    """One row per (policy, length): accuracy with its interval and the token figures."""
+    doc_tokens = {m: document_tokens(runs[0][1], NUM_DOCS * m, num_tasks, seed) for m in multipliers}
+    engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
+    rows = []
+    for name, path, workflow in runs:
+        configs = [cpu_task(workflow, tokenizer_path=path, num_docs=NUM_DOCS * m) for m in multipliers]
+        results = evaluate_checkpoint(str(path), "memrl/ChunkStream-v0", [env for env, _ in configs], workflow,
+                                      configs[0][1], num_tasks, max_tokens=MEMORY_TOKENS, engine=engine,
+                                      engine_config=engine_config, seed=seed)
+        for m, (summary, _) in zip(multipliers, results):
+            row = {
+                "policy": name, "workflow": workflow, "multiplier": m, "num_docs": NUM_DOCS * m,
+                "document_tokens": doc_tokens[m], "num_tasks": int(summary["num_tasks"]),
+                "accuracy": summary["reward_mean"], "ci_low": summary["reward_ci_low"],
+                "ci_high": summary["reward_ci_high"], "sub_em": summary["sub_em_mean"], "f1": summary["f1_mean"],
+                "peak_tokens_per_call": summary["peak_context_tokens_max"],
+                "total_tokens_per_task": summary["total_tokens_mean"], "calls_per_task": summary["num_calls_mean"],
+            }
+            rows.append(row)
+            print(f"{name:>22} x{m:<3} accuracy {row['accuracy']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]  "
+                  f"peak tokens/call {row['peak_tokens_per_call']:.0f}  tokens/task {row['total_tokens_per_task']:.0f}",
+                  flush=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table, one line per (policy, length)."""
+    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em | F1 | peak tokens/call | "
+             "tokens/task |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
+                     f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['sub_em']:.3f} | "
+                     f"{r['f1']:.3f} | {r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Accuracy (with intervals) and peak tokens per call against document length, one line per policy."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, tok_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        rs = [r for r in rows if r["policy"] == name]
+        x = [r["document_tokens"] for r in rs]
+        acc = np.array([r["accuracy"] for r in rs])
+        err = np.array([[a - r["ci_low"], r["ci_high"] - a] for a, r in zip(acc, rs)]).T
+        acc_ax.errorbar(x, acc, yerr=err, marker="o", capsize=3, label=name)
+        tok_ax.plot(x, [r["peak_tokens_per_call"] for r in rs], marker="o", label=name)
+    for ax in (acc_ax, tok_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("document length (tokens)")
+        ax.grid(alpha=0.3)
+    acc_ax.set_ylabel("exact-match accuracy (95% CI)")
+    acc_ax.set_ylim(-0.02, 1.02)
+    acc_ax.set_title("accuracy vs context length")
+    tok_ax.set_ylabel("peak tokens per call")
+    tok_ax.set_title("peak tokens per call")
+    acc_ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", type=Path, help=f"trained MemAgent checkpoint (default: {TRAINED} when it exists)")
+    p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
+                   help="document lengths as multiples of the training length")
+    p.add_argument("--num-tasks", type=int, default=200, help="held-out questions per length")
+    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="inference engine")
+    p.add_argument("--out", type=Path, default=RUNS / "memagent_eval", help="where to write the table and plot")
+    args = p.parse_args(argv)
+    trained = args.policy or (TRAINED if (TRAINED / "config.json").is_file() else None)
+    if trained is not None and not (trained / "config.json").is_file():
+        p.error(f"--policy {trained} is not a Hugging Face checkpoint directory (no config.json)")
+    if min(args.multipliers) < 1 or args.num_tasks < 1:
+        p.error("--multipliers and --num-tasks must be positive integers")
+    init_ray(0)
+    rows = length_table(policies(trained), sorted(args.multipliers), args.num_tasks, args.engine)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "length.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "length.md").write_text(markdown(rows))
+    plot(rows, args.out / "length.png")
+    print(markdown(rows))
+    print(f"wrote {args.out}/length.json, length.md, length.png")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
