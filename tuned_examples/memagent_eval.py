@@ -15,11 +15,11 @@ import argparse
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import matplotlib
 import numpy as np
 
-from envs import multihop
-from envs.chunk_stream import TokenCounter
+import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
 from tuned_examples.common import RUNS, init_ray
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
@@ -36,18 +36,21 @@ def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
     return rows + [("MemAgent warm-start", WARM_START, "memagent"), ("full-context baseline", BASELINE, "full_context")]
 
 
-def document_tokens(tokenizer_path: Path, num_docs: int, num_tasks: int, seed: int) -> float:
-    """Mean length in tokens of the held-out documents at `num_docs` documents."""
-    counter = TokenCounter(str(tokenizer_path))
-    config = multihop.MultiHopConfig(num_docs=num_docs)
-    return float(np.mean([counter.count(multihop.make_task(t.seed, config).context)
-                          for t in heldout_tasks(seed, num_tasks)]))
+def document_tokens(env_config: dict, num_tasks: int, seed: int) -> float:
+    """Mean length in tokens of the held-out documents of the chunk-stream env under `env_config`."""
+    env = gym.make("memrl/ChunkStream-v0", **env_config).unwrapped
+    counts = []
+    for task in heldout_tasks(seed, num_tasks):
+        env.reset(seed=task.seed)
+        counts.append(env.counter.count(env.task.context))
+    return float(np.mean(counts))
 
 
 def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, engine: str,
                  seed: int = 0) -> list[dict]:
     """One row per (policy, length): accuracy with its interval and the token figures."""
-    doc_tokens = {m: document_tokens(runs[0][1], NUM_DOCS * m, num_tasks, seed) for m in multipliers}
+    doc_tokens = {m: document_tokens(cpu_task("memagent", runs[0][1], NUM_DOCS * m)[0], num_tasks, seed)
+                  for m in multipliers}
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
     rows = []
     for name, path, workflow in runs:
