@@ -35,7 +35,7 @@ def eval_summary(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int) -> list[Trajectory]:
-    """Run the held-out tasks of `seed` through `group` (sampling seeded from `seed` too); trajectories in task order."""
+    """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` too; trajectories in task order."""
     sampling_seed = int(np.random.SeedSequence([seed, 2**31 - 1]).generate_state(1)[0])
     table, _ = group.sample(heldout_tasks(seed, num_tasks), seed=sampling_seed)
     return from_arrow(table)
