@@ -14,7 +14,7 @@ from memrl.engines.base import SamplingConfig
 from memrl.env_runner import EnvRunnerSpec, Task, summarize
 from memrl.env_runner_group import EnvRunnerGroup
 from memrl.episode import Trajectory, from_arrow
-from memrl.stats import mean_interval, wilson_interval
+from memrl.stats import reward_interval
 
 
 def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
@@ -26,10 +26,7 @@ def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
 
 def eval_summary(trajectories: list[Trajectory]) -> dict[str, float]:
     """Mean reward with its 95% interval (Wilson for 0/1 rewards, normal otherwise) plus the env's mean figures."""
-    rewards = [t.reward for t in trajectories]
-    mean, low, high = mean_interval(rewards)
-    if rewards and set(rewards) <= {0.0, 1.0}:
-        low, high = wilson_interval(sum(rewards), len(rewards))
+    mean, low, high = reward_interval([t.reward for t in trajectories])
     return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
             "num_tasks": float(len(trajectories))}
 

@@ -33,7 +33,7 @@ from memrl.engines.torch_engine import TorchEngine
 from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
-from memrl.stats import mean_interval
+from memrl.stats import reward_interval
 from memrl.workflows import workflow_class
 
 SUMMARY_FILE = "sft_summary.json"
@@ -251,7 +251,7 @@ def train_sft(config: SFTConfig) -> dict:
     def evaluate(step: int) -> dict[str, float]:
         if step:
             engine.load_weights(group.gather_state_dict().items(), version=step)
-        reward, low, high = mean_interval(greedy_rewards(engine, *task, eval_seeds, max_tokens))
+        reward, low, high = reward_interval(greedy_rewards(engine, *task, eval_seeds, max_tokens))
         return {"step": step, "eval_nll": heldout_nll(group, eval_rows),
                 "call_exact_match": call_exact_match(engine, eval_rows, tokenizer.eos_token_id),
                 "reward_mean": reward, "reward_ci_low": low, "reward_ci_high": high}

@@ -31,3 +31,13 @@ def mean_interval(values, z: float = Z95) -> tuple[float, float, float]:
         return mean, mean, mean
     half = z * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+def reward_interval(rewards) -> tuple[float, float, float]:
+    """Mean reward and its 95% interval: Wilson when every reward is 0 or 1 (success rates near 0 or 1 get a
+    sensible interval inside [0, 1]), the normal approximation otherwise."""
+    mean, low, high = mean_interval(rewards)
+    rewards = [float(r) for r in rewards]
+    if rewards and set(rewards) <= {0.0, 1.0}:
+        low, high = wilson_interval(sum(rewards), len(rewards))
+    return mean, low, high

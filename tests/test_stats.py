@@ -1,6 +1,6 @@
 import pytest
 
-from memrl.stats import mean_interval, wilson_interval
+from memrl.stats import mean_interval, reward_interval, wilson_interval
 
 
 def test_wilson_known_values():
@@ -20,3 +20,11 @@ def test_mean_interval():
     assert low == pytest.approx(2.5 - 1.26517, abs=1e-4)
     assert high == pytest.approx(2.5 + 1.26517, abs=1e-4)
     assert mean_interval([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_reward_interval_picks_wilson_for_success_rates():
+    # 3/200 successes: the normal interval would dip below 0, Wilson stays inside [0, 1]
+    rewards = [1.0] * 3 + [0.0] * 197
+    assert mean_interval(rewards)[1] < 0
+    assert reward_interval(rewards) == pytest.approx((0.015, *wilson_interval(3, 200)))
+    assert reward_interval([0.2, 0.5, 0.9]) == pytest.approx(mean_interval([0.2, 0.5, 0.9]))
