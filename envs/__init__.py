@@ -4,6 +4,7 @@ import gymnasium
 
 gymnasium.register(id="memrl/Echo-v0", entry_point="envs.echo:EchoEnv")
 gymnasium.register(id="memrl/ChunkStream-v0", entry_point="envs.chunk_stream:ChunkStreamEnv")
+gymnasium.register(id="memrl/Search-v0", entry_point="envs.search:SearchEnv")
 
 
 def tokenizer_corpus(num_tasks: int = 2000, seed: int = 0):

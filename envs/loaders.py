@@ -16,7 +16,7 @@ CONTEXT_KEYS = ("context", "input")
 ANSWER_KEYS = ("answers", "answer")
 """Row keys accepted for the gold answers (a string or a list of strings), first match wins."""
 SUFFIXES = (".json", ".jsonl", ".parquet")
-"""File types `load_tasks` reads."""
+"""File types `read_rows` reads."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,40 @@ def fold_to_ascii(text: str) -> str:
     return "".join(ch for ch in text if ch in CHARSET)
 
 
+def read_rows(path: str | Path) -> list[tuple[object, str]]:
+    """The rows of a .json (a list of rows), .jsonl (one row a line) or .parquet file, each with a "where" label
+    ("file line n" / "file row i") for error messages."""
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; allowed: {', '.join(SUFFIXES)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such data file")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = [(row, f"{path} row {i}") for i, row in enumerate(pq.read_table(path).to_pylist())]
+    elif path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json data file must hold a list of rows, got {type(data).__name__}")
+        rows = [(row, f"{path} row {i}") for i, row in enumerate(data)]
+    else:
+        rows = []
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((json.loads(line), f"{path} line {n}"))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {n}: not valid JSON ({e})") from e
+    if not rows:
+        raise ValueError(f"{path}: holds no rows")
+    return rows
+
+
 def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     for key in keys:
         if key in row:
@@ -51,18 +85,15 @@ def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     raise ValueError(f"{where}: no {what} key; allowed keys are {', '.join(map(repr, keys))}, found {sorted(row)}")
 
 
-def _task_from_row(row, where: str) -> QATask:
+def question_and_answers(row, where: str, answer_keys: tuple[str, ...] = ANSWER_KEYS) -> tuple[str, tuple[str, ...]]:
+    """A QA row's question and gold answers (a string or a list in the row), checked and folded to printable
+    ASCII; `where` names the row in errors."""
     if not isinstance(row, dict):
-        raise TypeError(
-            f"{where}: a row must be an object with question, context and answers, got {type(row).__name__}"
-        )
+        raise TypeError(f"{where}: a row must be an object with a question and answers, got {type(row).__name__}")
     question = _pick(row, QUESTION_KEYS, where, "question")
-    context = _pick(row, CONTEXT_KEYS, where, "context")
-    answers = _pick(row, ANSWER_KEYS, where, "answers")
+    answers = _pick(row, answer_keys, where, "answers")
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: the question must be a non-empty string, got {question!r}")
-    if not isinstance(context, str):
-        raise TypeError(f"{where}: the context must be a string, got {type(context).__name__}")
     if isinstance(answers, str):
         answers = [answers]
     good = isinstance(answers, (list, tuple)) and answers and all(isinstance(a, str) and a.strip() for a in answers)
@@ -72,7 +103,15 @@ def _task_from_row(row, where: str) -> QATask:
     folded = tuple(fold_to_ascii(a) for a in answers)
     if not all(a.strip() for a in folded):
         raise ValueError(f"{where}: answers {answers!r} have no printable-ASCII text left after folding accents")
-    return QATask(question=fold_to_ascii(question), documents=tuple(fold_to_ascii(context).split("\n")), answers=folded)
+    return fold_to_ascii(question), folded
+
+
+def _task_from_row(row, where: str) -> QATask:
+    question, answers = question_and_answers(row, where)
+    context = _pick(row, CONTEXT_KEYS, where, "context")
+    if not isinstance(context, str):
+        raise TypeError(f"{where}: the context must be a string, got {type(context).__name__}")
+    return QATask(question=question, documents=tuple(fold_to_ascii(context).split("\n")), answers=answers)
 
 
 def load_tasks(path: str | Path) -> list[QATask]:
@@ -83,34 +122,4 @@ def load_tasks(path: str | Path) -> list[QATask]:
     The context is split into documents at newlines, so chunking never cuts a line it can keep whole.
     All text is folded to printable ASCII (`fold_to_ascii`), the charset of the env's spaces.
     """
-    path = Path(path)
-    if path.suffix not in SUFFIXES:
-        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; allowed: {', '.join(SUFFIXES)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such data file")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(path).to_pylist()
-        tasks = [_task_from_row(row, f"{path} row {i}") for i, row in enumerate(rows)]
-    elif path.suffix == ".json":
-        try:
-            rows = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-        if not isinstance(rows, list):
-            raise ValueError(f"{path}: a .json data file must hold a list of rows, got {type(rows).__name__}")
-        tasks = [_task_from_row(row, f"{path} row {i}") for i, row in enumerate(rows)]
-    else:
-        tasks = []
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {n}: not valid JSON ({e})") from e
-            tasks.append(_task_from_row(row, f"{path} line {n}"))
-    if not tasks:
-        raise ValueError(f"{path}: holds no rows")
-    return tasks
+    return [_task_from_row(row, where) for row, where in read_rows(path)]

@@ -1,0 +1,286 @@
+"""Retrieval backends for search envs: BM25 in-process, one BM25 index shared through a Ray actor, or an HTTP server.
+
+Every backend answers `search(queries, top_k) -> list[list[hit]]`, one list of hits per query, best first, where
+a hit is a dict {"id", "title", "text", "score"}. `format_information` renders hits as the `<information>` block
+that Search-R1 and MEM1 show the model.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from envs.loaders import fold_to_ascii, read_rows
+
+HTTP_APIS = ("search_r1", "flashrag")
+"""Request shapes HTTPRetriever speaks; see HTTPRetriever."""
+NO_RESULTS = "No results found."
+"""The `<information>` block's text when a search matched nothing."""
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrievable passage of a corpus."""
+
+    id: str
+    """The corpus's identifier of the passage."""
+    title: str
+    """The passage's title (the first line of a Search-R1 "contents" field)."""
+    text: str
+    """The passage's body."""
+
+    @property
+    def contents(self) -> str:
+        """Title and text as one "Title\\ntext" string, the shape Search-R1 corpora store."""
+        return f"{self.title}\n{self.text}"
+
+
+class Retriever(Protocol):
+    """What a search env needs from a retrieval backend."""
+
+    def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        """Up to `top_k` hits per query, best first."""
+        ...
+
+
+def passage_from_row(row, where: str, default_id: str = "") -> Passage:
+    """A passage from a corpus row: {"id", "contents": "Title\\ntext"} (Search-R1, FlashRAG) or {"id", "title",
+    "text"}. A missing id becomes `default_id`; numeric ids become strings."""
+    if not isinstance(row, dict):
+        raise TypeError(f"{where}: a passage must be an object, got {type(row).__name__}")
+    if "contents" in row:
+        if not isinstance(row["contents"], str):
+            raise TypeError(f"{where}: 'contents' must be a string, got {type(row['contents']).__name__}")
+        title, _, text = row["contents"].partition("\n")
+    elif "title" in row and "text" in row:
+        title, text = row["title"], row["text"]
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise TypeError(f"{where}: 'title' and 'text' must be strings, got {title!r} and {text!r}")
+    else:
+        raise ValueError(
+            f"{where}: a passage needs 'contents' (\"Title\\ntext\") or both 'title' and 'text'; "
+            f"found keys {sorted(row)}"
+        )
+    return Passage(id=str(row.get("id", default_id)), title=title, text=text)
+
+
+def load_corpus(path: str | Path) -> list[Passage]:
+    """Passages of a wiki-style corpus file (Search-R1's wiki-18 JSONL shape, see `passage_from_row`).
+
+    A row without an id gets its row number as id.
+    """
+    return [passage_from_row(row, where, default_id=str(i)) for i, (row, where) in enumerate(read_rows(path))]
+
+
+def _check_search_args(queries, top_k) -> None:
+    if isinstance(queries, str) or not isinstance(queries, (list, tuple)):
+        raise TypeError(f"queries must be a list of strings, got {type(queries).__name__}")
+    if not all(isinstance(q, str) for q in queries):
+        raise TypeError(f"queries must be a list of strings, got {[type(q).__name__ for q in queries]}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+
+
+def _hit(passage: Passage, score: float) -> dict:
+    return {"id": passage.id, "title": passage.title, "text": passage.text, "score": float(score)}
+
+
+class BM25Retriever:
+    """BM25 (bm25s, English stopwords removed, no stemming) over a fixed list of passages, indexed once.
+
+    Only passages sharing a term with the query are hits: a query that matches nothing gets no hits rather than
+    arbitrary zero-score passages.
+    """
+
+    def __init__(self, passages: Sequence[Passage]):
+        import bm25s
+
+        if not passages:
+            raise ValueError("BM25Retriever needs at least one passage")
+        self.passages = tuple(passages)
+        self.index = bm25s.BM25()
+        self.index.index(bm25s.tokenize([p.contents for p in self.passages], show_progress=False), show_progress=False)
+
+    def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        import bm25s
+
+        _check_search_args(queries, top_k)
+        if not queries:
+            return []
+        # String tokens, not ids: ids from a fresh tokenize call would follow a new vocabulary, not the index's.
+        tokens = bm25s.tokenize(list(queries), return_ids=False, show_progress=False)
+        k = min(top_k, len(self.passages))
+        indices, scores = self.index.retrieve(tokens, k=k, show_progress=False)
+        return [
+            [_hit(self.passages[i], s) for i, s in zip(row_indices, row_scores) if s > 0]
+            for row_indices, row_scores in zip(indices.tolist(), scores.tolist())
+        ]
+
+
+class RetrievalServer:
+    """A BM25 index inside a Ray actor, so every env runner of a cluster shares one index instead of building its
+    own. Start it with `start_retrieval_server`; envs talk to it through an `ActorRetriever`."""
+
+    def __init__(self, passages: Sequence[Passage]):
+        self.retriever = BM25Retriever(passages)
+
+    def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        return self.retriever.search(queries, top_k)
+
+
+class ActorRetriever:
+    """The client side of a RetrievalServer actor; it pickles, so it can travel to env runner actors."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    @classmethod
+    def by_name(cls, name: str, namespace: str | None = None) -> ActorRetriever:
+        """A client of the running RetrievalServer actor called `name`."""
+        import ray
+
+        try:
+            return cls(ray.get_actor(name, namespace=namespace))
+        except ValueError as e:
+            raise ValueError(
+                f"no Ray actor named {name!r} is running; start one with "
+                f"envs.retrieval.start_retrieval_server(passages, name={name!r})"
+            ) from e
+
+    def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        import ray
+
+        _check_search_args(queries, top_k)
+        return ray.get(self.actor.search.remote(list(queries), top_k))
+
+
+def start_retrieval_server(passages: Sequence[Passage], name: str | None = None, num_cpus: float = 1) -> ActorRetriever:
+    """Starts a RetrievalServer actor over `passages` and returns a client of it.
+
+    With a `name`, this is get-or-create: if an actor of that name already runs, the client talks to it and
+    `passages` are ignored, so every runner can call this without building a second index.
+    """
+    import ray
+
+    options = {"num_cpus": num_cpus}
+    if name is not None:
+        options.update(name=name, get_if_exists=True)
+    return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)))
+
+
+def _preview(data) -> str:
+    text = repr(data)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+class HTTPRetriever:
+    """A client of a retrieval server over HTTP, in one of the two request shapes the field's servers speak.
+
+    api="search_r1" (Search-R1's and MEM1's retrieval_server.py; `url` ends in /retrieve): one POST for all
+    queries, body {"queries": [...], "topk": k, "return_scores": true}, answer
+    {"result": [[{"document": {"id", "contents": "Title\\ntext"}, "score": s}, ...] per query]}.
+
+    api="flashrag" (FlashRAG's retriever serving; `url` ends in /search): one POST per query, body
+    {"query": q, "top_n": k, "return_score": true}, answer [[{"id", "contents"}, ...], [score, ...]].
+
+    Documents may also come as {"id", "title", "text"}. An unreachable server raises ConnectionError, an HTTP
+    error status RuntimeError and an answer of the wrong shape ValueError, each naming the URL.
+    """
+
+    def __init__(self, url: str, api: str = "search_r1", timeout_s: float = 30.0):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"HTTPRetriever url must start with http:// or https://, got {url!r}")
+        if api not in HTTP_APIS:
+            raise ValueError(f"HTTPRetriever api={api!r} is not allowed; choose one of {HTTP_APIS}")
+        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"HTTPRetriever timeout_s must be a number > 0, got {timeout_s!r}")
+        self.url = url
+        self.api = api
+        self.timeout_s = timeout_s
+
+    def _post(self, body: dict):
+        request = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"retrieval server {self.url} answered HTTP {e.code}: {_preview(e.read())}") from e
+        except urllib.error.URLError as e:
+            raise ConnectionError(
+                f"cannot reach the retrieval server at {self.url} ({e.reason}); start the server or fix the URL"
+            ) from e
+        except TimeoutError as e:
+            raise ConnectionError(f"retrieval server {self.url} did not answer within {self.timeout_s} s") from e
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"retrieval server {self.url} did not answer JSON: {_preview(raw)}") from e
+
+    def _hit(self, document, score, where: str) -> dict:
+        try:
+            number = float(score)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"retrieval server {self.url}: {where} has a score that is not a number: {score!r}") from e
+        try:
+            passage = passage_from_row(document, f"retrieval server {self.url}: {where}")
+        except TypeError as e:
+            raise ValueError(str(e)) from e
+        return _hit(passage, number)
+
+    def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        _check_search_args(queries, top_k)
+        if not queries:
+            return []
+        if self.api == "search_r1":
+            return self._search_r1(list(queries), top_k)
+        return [self._flashrag(query, top_k) for query in queries]
+
+    def _search_r1(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        data = self._post({"queries": queries, "topk": top_k, "return_scores": True})
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list) or len(result) != len(queries):
+            raise ValueError(
+                f"retrieval server {self.url} should answer {{'result': [a list of hits per query]}} for "
+                f"{len(queries)} queries, got {_preview(data)}"
+            )
+        out = []
+        for q, hits in enumerate(result):
+            good = isinstance(hits, list) and all(isinstance(h, dict) and {"document", "score"} <= set(h) for h in hits)
+            if not good:
+                raise ValueError(
+                    f"retrieval server {self.url}: result {q} should be a list of {{'document': ..., 'score': ...}}, "
+                    f"got {_preview(hits)}"
+                )
+            out.append([self._hit(h["document"], h["score"], f"result {q} hit {rank}") for rank, h in enumerate(hits)])
+        return out
+
+    def _flashrag(self, query: str, top_k: int) -> list[dict]:
+        data = self._post({"query": query, "top_n": top_k, "return_score": True})
+        good = isinstance(data, list) and len(data) == 2 and all(isinstance(x, list) for x in data)
+        if not good or len(data[0]) != len(data[1]):
+            raise ValueError(
+                f"retrieval server {self.url} should answer [documents, scores] (two lists of equal length), "
+                f"got {_preview(data)}"
+            )
+        return [self._hit(doc, score, f"document {rank}") for rank, (doc, score) in enumerate(zip(*data))]
+
+
+def format_information(hits: list[dict], hint: str = "", max_doc_chars: int = 1000) -> str:
+    """Hits as the `<information>` block Search-R1 and MEM1 show the model: an optional hint line (MEM1's
+    "You have N turns left."), then one line per hit, "Doc i(Title: title) text", folded to printable ASCII and
+    cut to `max_doc_chars` characters."""
+    if not isinstance(max_doc_chars, int) or max_doc_chars < 1:
+        raise ValueError(f"max_doc_chars must be an int >= 1, got {max_doc_chars!r}")
+    lines = []
+    for i, hit in enumerate(hits, start=1):
+        line = f"Doc {i}(Title: {hit['title']}) {hit['text']}"
+        lines.append(" ".join(fold_to_ascii(line).split())[:max_doc_chars])
+    body = "\n".join(lines) if lines else NO_RESULTS
+    return f"<information>{hint}\n{body}</information>" if hint else f"<information>{body}</information>"

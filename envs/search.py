@@ -1,0 +1,378 @@
+"""Multi-objective search QA (MEM1, MemSearcher, MemPO): N questions at once, answered by searching a corpus.
+
+The model acts in text: `<search>query</search>` returns the top-k passages in an `<information>` block with
+MEM1's "You have N turns left." hint; `<answer>a1; a2; ...</answer>` (one answer per question, in order,
+separated by semicolons) ends the episode with the reward.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import gymnasium as gym
+
+from envs import encyclopedia
+from envs.encyclopedia import EncyclopediaConfig, SearchQuestion
+from envs.loaders import question_and_answers, read_rows
+from envs.qa_metrics import em, f1
+from envs.retrieval import (
+    HTTP_APIS,
+    ActorRetriever,
+    BM25Retriever,
+    HTTPRetriever,
+    Retriever,
+    format_information,
+    load_corpus,
+)
+from envs.text_space import clean, text_space
+
+DATA = ("synthetic", "file")
+"""Question sources: the fictional encyclopedia generator, or rows of a local QA file."""
+REWARDS = ("em_sum", "f1", "answer_format")
+"""Reward kinds; see SearchConfig.reward."""
+ANSWER_KEYS = ("golden_answers", "answers", "answer")
+"""QA row keys accepted for the gold answers (a string or a list), first match wins: Search-R1 and FlashRAG
+files use "golden_answers", HotpotQA "answer", NQ exports "answers"."""
+INVALID = {
+    "none": "it holds neither <search> nor <answer>",
+    "both": "it holds both <search> and <answer>",
+    "unbalanced": "its <{tag}> and </{tag}> tags do not form exactly one block",
+    "empty": "the search query is empty",
+    "long": "the search query has {chars} characters, more than the {limit} allowed",
+}
+"""Why an action was not understood, as the invalid-action observation says it."""
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of the search env (the generator's own knobs are EncyclopediaConfig's)."""
+
+    num_objectives: int = 1
+    """Questions per task, answered together as "a1; a2; ...". MEM1 trains with 2 and evaluates 1 to 16."""
+    max_turns: int = 6
+    """Actions per episode (searches, invalid actions and the answer); MEM1 trains with 6. An episode that has not
+    answered by then is truncated with reward 0."""
+    top_k: int = 3
+    """Passages returned per search (MEM1 and Search-R1 use 3)."""
+    reward: str = "em_sum"
+    """'em_sum' (MEM1): sum over questions of normalised exact match, 0 when the answer count is wrong.
+    'f1' (MemSearcher): mean token F1 over questions; 0.1 when the format is right but F1 is 0; 0 for a bad format.
+    'answer_format' (MemPO): 1 when the format is right and every answer exactly matches, else 0.
+    The format is right when every action of the episode was understood and the answer count is right."""
+    data: str = "synthetic"
+    """Where questions come from; one of DATA. 'file' reads qa_path."""
+    qa_path: str | None = None
+    """QA file (.jsonl/.json/.parquet) for data='file'; see load_questions."""
+    corpus_path: str | None = None
+    """Wiki-style corpus file for retriever='bm25' with data='file'; see envs.retrieval.load_corpus."""
+    retriever: str = "bm25"
+    """'bm25': an in-process BM25 index over the generator's passages (or corpus_path), built once per process.
+    An http(s):// URL: a retrieval server spoken to in the http_api shape."""
+    http_api: str = "search_r1"
+    """Request shape of an HTTP retriever; one of envs.retrieval.HTTP_APIS."""
+    retrieval_actor: str | None = None
+    """Name of a running envs.retrieval.RetrievalServer Ray actor to search through; overrides `retriever`."""
+    max_query_chars: int = 256
+    """Longest search query accepted; longer ones are invalid actions."""
+    max_doc_chars: int = 1000
+    """Each retrieved passage's line in the `<information>` block is cut to this many characters."""
+    max_action_chars: int = 4096
+    """Actions are cut to this many printable characters before they are parsed."""
+    seed_offset: int = 0
+    """Task seed = reset seed + seed_offset."""
+
+    def __post_init__(self) -> None:
+        for name, low in (("num_objectives", 1), ("max_turns", 1), ("top_k", 1), ("max_query_chars", 1),
+                          ("max_doc_chars", 32), ("max_action_chars", 16)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"SearchConfig.{name} must be an int >= {low}, got {value!r}")
+        if not isinstance(self.seed_offset, int):
+            raise TypeError(f"SearchConfig.seed_offset must be an int, got {self.seed_offset!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"SearchConfig.reward={self.reward!r} is not allowed; choose one of {REWARDS}")
+        if self.data not in DATA:
+            raise ValueError(f"SearchConfig.data={self.data!r} is not allowed; choose one of {DATA}")
+        if self.data == "file" and self.qa_path is None:
+            raise ValueError("SearchConfig.data='file' needs qa_path, the QA file to read questions from")
+        if self.http_api not in HTTP_APIS:
+            raise ValueError(f"SearchConfig.http_api={self.http_api!r} is not allowed; choose one of {HTTP_APIS}")
+        if self.data == "synthetic" and self.corpus_path is not None:
+            raise ValueError("SearchConfig.corpus_path is only for data='file'; the synthetic data brings its corpus")
+        if not isinstance(self.retriever, str) or (
+            self.retriever != "bm25" and not self.retriever.startswith(("http://", "https://"))
+        ):
+            raise ValueError(
+                f"SearchConfig.retriever={self.retriever!r} is not allowed; give 'bm25' or an http(s):// URL"
+            )
+
+
+def _task_from_row(row, where: str) -> SearchQuestion:
+    question, answers = question_and_answers(row, where, ANSWER_KEYS)
+    return SearchQuestion(question=" ".join(question.split()), answers=answers)
+
+
+@functools.lru_cache(maxsize=4)
+def load_questions(path: str | Path) -> tuple[SearchQuestion, ...]:
+    """Questions of a QA file (cached per process): Search-R1 / FlashRAG rows ({"question", "golden_answers"}),
+    HotpotQA ({"question", "answer"}) or NQ-style ({"question", "answers"}) in .jsonl, .json or .parquet.
+
+    Text is folded to printable ASCII, the env's charset, and a question's whitespace collapsed to single spaces.
+    """
+    return tuple(_task_from_row(row, where) for row, where in read_rows(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _bm25_over_world(config: EncyclopediaConfig) -> BM25Retriever:
+    # One index per process: a runner holds many envs over the same world.
+    return BM25Retriever(encyclopedia.make_world(config).passages)
+
+
+@functools.lru_cache(maxsize=4)
+def _bm25_over_file(path: str) -> BM25Retriever:
+    return BM25Retriever(load_corpus(path))
+
+
+def turns_hint(turns_left: int) -> str:
+    """MEM1's hint, e.g. "You have 3 turns left."."""
+    return f"You have {turns_left} turn{'' if turns_left == 1 else 's'} left."
+
+
+def parse_action(text: str, max_query_chars: int) -> tuple[str, str]:
+    """("search", query), ("answer", answer text) or ("invalid", reason) for one action.
+
+    An action is understood when it holds exactly one well-formed `<search>...</search>` or `<answer>...</answer>`
+    block and not the other tag; text around the block (`<think>`, `<mem>`, ...) is ignored.
+    """
+    blocks = {}
+    for tag in ("search", "answer"):
+        opens, closes = text.count(f"<{tag}>"), text.count(f"</{tag}>")
+        if opens == closes == 0:
+            continue
+        start, end = text.find(f"<{tag}>"), text.find(f"</{tag}>")
+        if opens != 1 or closes != 1 or end < start:
+            return "invalid", INVALID["unbalanced"].format(tag=tag)
+        blocks[tag] = text[start + len(tag) + 2 : end].strip()
+    if not blocks:
+        return "invalid", INVALID["none"]
+    if len(blocks) == 2:
+        return "invalid", INVALID["both"]
+    if "answer" in blocks:
+        return "answer", blocks["answer"]
+    query = blocks["search"]
+    if not query:
+        return "invalid", INVALID["empty"]
+    if len(query) > max_query_chars:
+        return "invalid", INVALID["long"].format(chars=len(query), limit=max_query_chars)
+    return "search", query
+
+
+def split_answers(text: str) -> list[str]:
+    """An `<answer>` block's answers: split at semicolons, each stripped ("" stays one empty answer)."""
+    return [part.strip() for part in text.split(";")]
+
+
+def _invalid_observation(reason: str, num_objectives: int, turns_left: int) -> str:
+    return (
+        f"Invalid action: {reason}. Write exactly one <search>query</search>, or "
+        f"<answer>...</answer> with {num_objectives} answer(s) separated by semicolons. {turns_hint(turns_left)}"
+    )
+
+
+def _prompt(questions: tuple[SearchQuestion, ...]) -> str:
+    if len(questions) == 1:
+        return questions[0].question
+    return "\n".join(f"Question {i}: {q.question}" for i, q in enumerate(questions, start=1))
+
+
+class SearchEnv(gym.Env):
+    """N questions over a searchable corpus (MEM1's multi-objective QA; N = 1 is Search-R1 / MemSearcher QA).
+
+    reset shows the questions (one question as is; several as "Question i: ..." lines). Each step is one turn:
+    a search returns `format_information(top-k hits, turns_hint)`; an answer ends the episode (terminated) with
+    the reward of SearchConfig.reward; an action that is not understood returns a message saying what is allowed
+    and info["format_ok"] = 0.0. When max_turns actions pass without an answer the episode is truncated with
+    reward 0 and info["out_of_turns"] = True; a search on the last turn therefore returns nothing.
+
+    info on every reset/step: question (the reset observation), questions, turn (actions taken), turns_left;
+    each step adds action ("search" | "answer" | "invalid") and format_ok (this action's), a search adds query
+    and retrieved_ids. The final step adds out_of_turns, answers (gold, per question) and metrics: em and f1 (means
+    over questions, 0 when the answer count is wrong), format_ok (the episode's), answer_count_ok, num_searches,
+    num_invalid and num_turns.
+    """
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, backend: Retriever | None = None, **kwargs):
+        """`kwargs` are SearchConfig fields and, for data='synthetic', EncyclopediaConfig fields. `backend`, if
+        given, is searched instead of the retriever the config names (any object with search(queries, top_k)),
+        e.g. an envs.retrieval.ActorRetriever from start_retrieval_server."""
+        own = {f.name for f in fields(SearchConfig)}
+        self.config = SearchConfig(**{k: v for k, v in kwargs.items() if k in own})
+        world_kwargs = {k: v for k, v in kwargs.items() if k not in own}
+        allowed = own | ({f.name for f in fields(EncyclopediaConfig)} if self.config.data == "synthetic" else set())
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise ValueError(
+                f"SearchEnv(data={self.config.data!r}) has no option(s) {unknown}; allowed: {sorted(allowed)}"
+            )
+        config = self.config
+        if config.data == "synthetic":
+            self.world_config = EncyclopediaConfig(**world_kwargs)
+            encyclopedia.make_questions(0, config.num_objectives, self.world_config)  # fails early if N is too large
+            max_question = self.world_config.max_question_chars()
+        else:
+            self.world_config = None
+            self._file_questions = load_questions(str(config.qa_path))
+            if config.num_objectives > len(self._file_questions):
+                raise ValueError(
+                    f"SearchEnv num_objectives={config.num_objectives} is more than the "
+                    f"{len(self._file_questions)} questions in {config.qa_path}"
+                )
+            max_question = max(len(q.question) for q in self._file_questions)
+        self.retriever = backend if backend is not None else self._make_retriever()
+        self.observation_space = text_space(self._max_observation_chars(max_question))
+        self.action_space = text_space(config.max_action_chars)
+        self.questions: tuple[SearchQuestion, ...] = ()
+        self._turn = 0
+        self._num_searches = 0
+        self._num_invalid = 0
+        self._searched: list[str] = []
+        self._done = True
+
+    def _make_retriever(self) -> Retriever:
+        config = self.config
+        if config.retrieval_actor is not None:
+            return ActorRetriever.by_name(config.retrieval_actor)
+        if config.retriever != "bm25":
+            return HTTPRetriever(config.retriever, api=config.http_api)
+        if config.data == "synthetic":
+            return _bm25_over_world(self.world_config)
+        if config.corpus_path is None:
+            raise ValueError(
+                "SearchEnv with data='file' and retriever='bm25' needs corpus_path (a wiki-style corpus file), "
+                "or a retriever URL, a retrieval_actor or a backend object"
+            )
+        return _bm25_over_file(str(config.corpus_path))
+
+    def _max_observation_chars(self, max_question: int) -> int:
+        config = self.config
+        hint = len(turns_hint(config.max_turns))
+        prompt = max_question if config.num_objectives == 1 else (
+            config.num_objectives * (len(f"Question {config.num_objectives}: ") + max_question + 1)
+        )
+        hits = len("<information>\n</information>") + hint + config.top_k * (config.max_doc_chars + 1)
+        information = max(hits, len(format_information([], turns_hint(config.max_turns))))
+        reasons = [r.format(tag="search", chars=config.max_action_chars, limit=config.max_query_chars)
+                   for r in INVALID.values()]
+        invalid = max(len(_invalid_observation(r, config.num_objectives, config.max_turns)) for r in reasons)
+        return max(prompt, information, invalid)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        task_seed = seed + self.config.seed_offset if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
+        n = self.config.num_objectives
+        if self.config.data == "synthetic":
+            self.questions = encyclopedia.make_questions(task_seed, n, self.world_config)
+        else:
+            rows = random.Random(f"search-task-{task_seed}").sample(range(len(self._file_questions)), n)
+            self.questions = tuple(self._file_questions[i] for i in rows)
+        self._turn = 0
+        self._num_searches = 0
+        self._num_invalid = 0
+        self._searched = []
+        self._done = False
+        return _prompt(self.questions), self._info()
+
+    @property
+    def turns_left(self) -> int:
+        """Actions the agent may still take."""
+        return self.config.max_turns - self._turn
+
+    def step(self, action):
+        if self._done:
+            raise RuntimeError("SearchEnv.step called after the episode ended; call reset() first")
+        config = self.config
+        text = clean("" if action is None else str(action), config.max_action_chars)
+        self._turn += 1
+        kind, content = parse_action(text, config.max_query_chars)
+        if kind == "answer":
+            return self._finish(split_answers(content), {"action": kind})
+        step_info = {"action": kind, "format_ok": float(kind == "search")}
+        if kind == "search":
+            self._num_searches += 1
+            self._searched.append(content)
+            step_info["query"] = content
+        else:
+            self._num_invalid += 1
+        if self.turns_left == 0:
+            return self._finish(None, step_info)
+        if kind == "invalid":
+            obs = _invalid_observation(content, config.num_objectives, self.turns_left)
+            return obs, 0.0, False, False, {**self._info(), **step_info}
+        hits = self.retriever.search([content], config.top_k)[0]
+        step_info["retrieved_ids"] = [hit["id"] for hit in hits]
+        obs = format_information(hits, turns_hint(self.turns_left), config.max_doc_chars)
+        return obs, 0.0, False, False, {**self._info(), **step_info}
+
+    def _finish(self, predictions: list[str] | None, step_info: dict):
+        """Ends the episode: `predictions` are the answers given, None when the turns ran out."""
+        self._done = True
+        n = len(self.questions)
+        count_ok = predictions is not None and len(predictions) == n
+        if count_ok:
+            ems = [em(p, list(q.answers)) for p, q in zip(predictions, self.questions)]
+            f1s = [f1(p, list(q.answers)) for p, q in zip(predictions, self.questions)]
+        else:
+            ems = f1s = [0.0] * n
+        format_ok = count_ok and self._num_invalid == 0
+        metrics = {
+            "em": sum(ems) / n,
+            "f1": sum(f1s) / n,
+            "format_ok": float(format_ok),
+            "answer_count_ok": float(count_ok),
+            "num_searches": self._num_searches,
+            "num_invalid": self._num_invalid,
+            "num_turns": self._turn,
+        }
+        if self.config.reward == "em_sum":
+            reward = sum(ems)
+        elif self.config.reward == "f1":
+            reward = 0.0 if not format_ok else (metrics["f1"] if metrics["f1"] > 0 else 0.1)
+        else:
+            reward = float(format_ok and all(e == 1.0 for e in ems))
+        if predictions is not None:
+            step_info["format_ok"] = float(count_ok)
+        info = {
+            **self._info(),
+            **step_info,
+            "out_of_turns": predictions is None,
+            "answers": [list(q.answers) for q in self.questions],
+            "metrics": metrics,
+        }
+        return "", reward, predictions is not None, predictions is None, info
+
+    def expert_action(self) -> str:
+        """What a scripted expert does now: the next gold hop query (in question order) it has not searched yet,
+        then `<answer>` with the first gold answer of every question. Needs the synthetic generator's labels."""
+        if not self.questions or self._done:
+            raise RuntimeError("SearchEnv.expert_action needs a running episode; call reset() first")
+        if self.config.data != "synthetic":
+            raise RuntimeError("SearchEnv.expert_action needs gold hop queries, which only data='synthetic' has")
+        for question in self.questions:
+            for query in question.queries:
+                if query not in self._searched:
+                    return f"<search>{query}</search>"
+        return "<answer>" + "; ".join(q.answers[0] for q in self.questions) + "</answer>"
+
+    def _info(self) -> dict:
+        return {
+            "question": _prompt(self.questions),
+            "questions": [q.question for q in self.questions],
+            "turn": self._turn,
+            "turns_left": self.turns_left,
+        }

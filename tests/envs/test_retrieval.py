@@ -1,0 +1,230 @@
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from envs.retrieval import (
+    NO_RESULTS,
+    ActorRetriever,
+    BM25Retriever,
+    HTTPRetriever,
+    Passage,
+    format_information,
+    load_corpus,
+    passage_from_row,
+    start_retrieval_server,
+)
+
+PASSAGES = [
+    Passage("0", "Hulport", "Hulport is a harbour city in the Norvale region."),
+    Passage("1", "Kema", "Kema was born in Hulport and works for Quovex."),
+    Passage("2", "Quovex", "Quovex is a company founded in Gerford."),
+    Passage("3", "Gerford", "Gerford is an inland city known for its mills."),
+    Passage("4", "Trorum", "Trorum is a company founded in Hulport by Dulia."),
+]
+
+
+def test_bm25_ranks_matching_passages_and_drops_non_matches():
+    retriever = BM25Retriever(PASSAGES)
+    hits = retriever.search(["Kema", "Quovex founded", "the of", "zebra"], 3)
+    assert [h["id"] for h in hits[0]] == ["1"]
+    assert hits[0][0] == {"id": "1", "title": "Kema", "text": PASSAGES[1].text, "score": hits[0][0]["score"]}
+    assert hits[0][0]["score"] > 0
+    assert hits[1][0]["id"] == "2" and len(hits[1]) <= 3
+    assert [s["score"] for s in hits[1]] == sorted((s["score"] for s in hits[1]), reverse=True)
+    assert hits[2] == [] and hits[3] == []  # stopwords only / unknown word: no hits, not arbitrary passages
+    assert len(retriever.search(["Hulport"], 50)[0]) == 3  # top_k above the corpus size is fine
+    assert retriever.search([], 3) == []
+
+
+def test_bad_search_arguments_are_named():
+    retriever = BM25Retriever(PASSAGES)
+    with pytest.raises(TypeError, match="queries must be a list of strings"):
+        retriever.search("Kema", 3)
+    with pytest.raises(TypeError, match="queries must be a list of strings"):
+        retriever.search([1], 3)
+    with pytest.raises(ValueError, match="top_k must be an int >= 1, got 0"):
+        retriever.search(["Kema"], 0)
+    with pytest.raises(ValueError, match="at least one passage"):
+        BM25Retriever([])
+
+
+def test_format_information_is_search_r1_style():
+    hits = BM25Retriever(PASSAGES).search(["Quovex"], 2)[0]
+    text = format_information(hits, "You have 2 turns left.")
+    assert text == (
+        "<information>You have 2 turns left.\n"
+        "Doc 1(Title: Quovex) Quovex is a company founded in Gerford.\n"
+        "Doc 2(Title: Kema) Kema was born in Hulport and works for Quovex.</information>"
+    )
+    assert format_information([]) == f"<information>{NO_RESULTS}</information>"
+    odd = [{"id": "x", "title": "Malmö", "text": "line one\nline two " + "long " * 50, "score": 1.0}]
+    line = format_information(odd, max_doc_chars=40)
+    assert line == "<information>Doc 1(Title: Malmo) line one line two lo</information>"
+    with pytest.raises(ValueError, match="max_doc_chars must be an int >= 1"):
+        format_information(odd, max_doc_chars=0)
+
+
+def test_corpus_files(tmp_path):
+    rows = [{"id": 7, "contents": '"Hulport"\nHulport is a city.'}, {"title": "Kema", "text": "Kema is a person."}]
+    path = tmp_path / "wiki.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    expected = [Passage("7", '"Hulport"', "Hulport is a city."), Passage("1", "Kema", "Kema is a person.")]
+    assert load_corpus(path) == expected
+    pq.write_table(pa.Table.from_pylist([{"id": "a", "contents": "T\nx"}]), tmp_path / "wiki.parquet")
+    assert load_corpus(tmp_path / "wiki.parquet") == [Passage("a", "T", "x")]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"id": 1, "body": "x"}\n', r"line 1: a passage needs 'contents' .* found keys \['body', 'id'\]"),
+        ('{"id": 1, "contents": 5}\n', "line 1: 'contents' must be a string"),
+        ('{"id": 1, "contents": "T\\nx"}\n{oops\n', "line 2: not valid JSON"),
+        ("\n\n", "holds no rows"),
+        ("[1]\n", "line 1: a passage must be an object, got list"),
+    ],
+)
+def test_bad_corpus_files_are_named(tmp_path, content, message):
+    path = tmp_path / "wiki.jsonl"
+    path.write_text(content)
+    with pytest.raises((ValueError, TypeError), match=message):
+        load_corpus(path)
+
+
+def test_missing_or_unsupported_corpus_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such data file"):
+        load_corpus(tmp_path / "absent.jsonl")
+    with pytest.raises(ValueError, match="unsupported file type '.tsv'"):
+        load_corpus(tmp_path / "wiki.tsv")
+    with pytest.raises(TypeError, match="'title' and 'text' must be strings"):
+        passage_from_row({"title": "x", "text": None}, "row 0")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """A tiny retrieval server answering over a real BM25 index, in the Search-R1 and FlashRAG shapes."""
+
+    retriever = BM25Retriever(PASSAGES)
+    requests: ClassVar[list] = []
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _answer(self, payload, status=200, raw=None):
+        data = raw if raw is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append((self.path, body))
+        if self.path == "/retrieve":
+            hits = self.retriever.search(body["queries"], body["topk"])
+            result = [[{"document": {"id": h["id"], "contents": f"{h['title']}\n{h['text']}"}, "score": h["score"]}
+                       for h in row] for row in hits]
+            self._answer({"result": result})
+        elif self.path == "/search":
+            hits = self.retriever.search([body["query"]], body["top_n"])[0]
+            self._answer([[{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in hits],
+                          [h["score"] for h in hits]])
+        elif self.path == "/not_json":
+            self._answer(None, raw=b"<html>oops</html>")
+        elif self.path == "/wrong_shape":
+            self._answer({"results": []})
+        elif self.path == "/bad_hit":
+            self._answer({"result": [[{"document": {"id": 1, "body": "x"}, "score": 1.0}]]})
+        elif self.path == "/bad_score":
+            self._answer({"result": [[{"document": {"id": 1, "contents": "T\nx"}, "score": "high"}]]})
+        elif self.path == "/flashrag_wrong":
+            self._answer([[{"id": "1", "contents": "T\nx"}], []])
+        else:
+            self._answer({"detail": "Not Found"}, status=404)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_search_r1_shape(server_url):
+    retriever = HTTPRetriever(server_url + "/retrieve")
+    queries = ["Kema", "Quovex founded", "zebra"]
+    assert retriever.search(queries, 2) == BM25Retriever(PASSAGES).search(queries, 2)
+    path, body = _Handler.requests[-1]
+    assert (path, body) == ("/retrieve", {"queries": queries, "topk": 2, "return_scores": True})
+
+
+def test_http_flashrag_shape(server_url):
+    retriever = HTTPRetriever(server_url + "/search", api="flashrag")
+    queries = ["Hulport", "Gerford mills"]
+    assert retriever.search(queries, 3) == BM25Retriever(PASSAGES).search(queries, 3)
+    assert _Handler.requests[-2:] == [
+        ("/search", {"query": "Hulport", "top_n": 3, "return_score": True}),
+        ("/search", {"query": "Gerford mills", "top_n": 3, "return_score": True}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "path, api, error, message",
+    [
+        ("/not_json", "search_r1", ValueError, "did not answer JSON: b'<html>oops</html>'"),
+        ("/wrong_shape", "search_r1", ValueError, r"should answer \{'result': \[a list of hits per query\]\} for 1"),
+        ("/bad_hit", "search_r1", ValueError, "result 0 hit 0: a passage needs 'contents'"),
+        ("/bad_score", "search_r1", ValueError, "result 0 hit 0 has a score that is not a number: 'high'"),
+        ("/flashrag_wrong", "flashrag", ValueError, r"should answer \[documents, scores\]"),
+        ("/missing", "search_r1", RuntimeError, "answered HTTP 404"),
+    ],
+)
+def test_http_malformed_answers_are_named(server_url, path, api, error, message):
+    with pytest.raises(error, match=message):
+        HTTPRetriever(server_url + path, api=api).search(["Kema"], 3)
+
+
+def test_http_unreachable_server_is_named():
+    with socket.socket() as s:  # a port that nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/retrieve"
+    with pytest.raises(ConnectionError, match=f"cannot reach the retrieval server at {url}"):
+        HTTPRetriever(url, timeout_s=2).search(["Kema"], 3)
+
+
+def test_http_bad_config_is_named():
+    with pytest.raises(ValueError, match="url must start with http:// or https://"):
+        HTTPRetriever("localhost:8000/retrieve")
+    with pytest.raises(ValueError, match="api='faiss' is not allowed"):
+        HTTPRetriever("http://localhost:8000/retrieve", api="faiss")
+
+
+def test_ray_actor_serves_concurrent_clients(ray_session):
+    ray = ray_session
+    client = start_retrieval_server(PASSAGES, name="test-retrieval-index")
+    # Get-or-create: a second start with the same name reaches the first index, not a new one.
+    again = start_retrieval_server(PASSAGES[:1], name="test-retrieval-index")
+    assert again.search(["Kema"], 3) == client.search(["Kema"], 3) != []
+
+    @ray.remote(num_cpus=0)
+    def worker(i):
+        found = ActorRetriever.by_name("test-retrieval-index")
+        return [found.search([query], 2) for query in ("Kema", "Quovex founded", "Hulport", "zebra") * (i + 1)]
+
+    queries = ["Kema", "Quovex founded", "Hulport", "zebra"]
+    local = [BM25Retriever(PASSAGES).search([q], 2) for q in queries]
+    results = ray.get([worker.remote(i) for i in range(8)])
+    assert all(result == local * (i + 1) for i, result in enumerate(results))
+    ray.kill(client.actor)
+    with pytest.raises(ValueError, match="no Ray actor named 'absent-index' is running"):
+        ActorRetriever.by_name("absent-index")
