@@ -2,11 +2,23 @@
 
 from memrl.workflows.base import LastObservationWorkflow, Workflow
 from memrl.workflows.memagent import FullContextWorkflow, MemAgentWorkflow
+from memrl.workflows.search import (
+    MEM1Workflow,
+    MemPOWorkflow,
+    MemSearcherWorkflow,
+    ReActWorkflow,
+    TruncatedReActWorkflow,
+)
 
 WORKFLOWS: dict[str, type[Workflow]] = {
     "last_observation": LastObservationWorkflow,
     "memagent": MemAgentWorkflow,
     "full_context": FullContextWorkflow,
+    "mem1": MEM1Workflow,
+    "memsearcher": MemSearcherWorkflow,
+    "mempo": MemPOWorkflow,
+    "react": ReActWorkflow,
+    "react_truncated": TruncatedReActWorkflow,
 }
 """Registered workflows; env runners look workflows up here by name."""
 

@@ -1,0 +1,412 @@
+"""Context policies for multi-objective search QA (memrl/Search-v0): MEM1, MemSearcher, MemPO and two ReAct baselines.
+
+The env speaks `<search>query</search>` / `<answer>a1; a2</answer>` and returns `<information>...</information>`
+blocks. Each workflow decides what one LLM call sees and turns the reply into such an action; a reply that holds
+no well-formed action reaches the env as written (or, for MemSearcher, as an empty action), and the env rejects
+it with its "Invalid action" observation and info["format_ok"] = 0.0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from transformers import PreTrainedTokenizerBase
+
+from memrl.workflows.base import Workflow
+
+MEM1_TEMPLATE = (
+    "You will answer one or more complex questions by reasoning step by step, keeping a summary, and searching.\n\n"
+    "At each step you see the questions, your cumulative summary of what is known so far, your latest search query "
+    "and the results it returned (on the first step you see only the questions). At each step:\n\n"
+    "1. Reason, and update a concise, cumulative summary inside <think> ... </think>. This summary is your only "
+    "persistent memory: it must keep every essential fact from your previous <think> and from the <information> "
+    "you were given.\n\n"
+    "2. Then take exactly one action:\n"
+    "- If any question is still unanswered, write one query for one question inside <search> ... </search>, as "
+    "keywords or a short phrase. Search for one question at a time.\n"
+    "- If every question is answered, give the final answers, separated by semicolons, inside "
+    "<answer> answer1; answer2; ... </answer>. Keep each answer short: only the necessary words, no explanation.\n\n"
+    "Important:\n"
+    "- After the questions or an <information> block, always reply as <think> ... </think><search> ... </search> "
+    "or <think> ... </think><answer> ... </answer>.\n"
+    "- Never search several queries or questions at once.\n\n"
+    "Answer the following questions:\n{questions}"
+)
+"""MEM1's multi-objective QA prompt (paper, appendix B.3, Prompt 1), in our words; the questions go at the end."""
+
+MEMPO_TEMPLATE = (
+    "You will answer one or more complex questions by reasoning step by step, keeping a summary, and searching. "
+    "At each step you see the questions, a cumulative summary of the relevant information, and the results of the "
+    "latest search (on the first step you see only the questions). At each step:\n\n"
+    "1. Update a concise, cumulative summary inside <mem>\n...\n</mem>, then reason inside <think>\n...\n</think>. "
+    "<mem> must keep every essential fact from the previous <mem> and the latest <information>.\n\n"
+    "2. Then take exactly one action:\n"
+    "- If any question is still unanswered, write one query for one question inside <search>\n...\n</search>.\n"
+    "- If every question is answered, give the final answers, separated by semicolons, inside "
+    "<answer>\nanswer1; answer2; ...\n</answer>. Keep each answer short, a word or a short phrase, with no "
+    "explanation.\n\n"
+    "Important:\n"
+    "- The summary holds only concise, essential information about the questions taken from what you have seen; "
+    "never your own background knowledge or your reasoning.\n"
+    "- Follow exactly one of these structures: <mem>\n...\n</mem>\n<think>\n...\n</think>\n<search>\n...\n</search> "
+    "or <mem>\n...\n</mem>\n<think>\n...\n</think>\n<answer>\n...\n</answer>.\n"
+    "- Never search several queries or questions at once. Keep searching until you have found clear information "
+    "that gives each answer.\n\n"
+    "Answer the following questions:\n{questions}"
+)
+"""MemPO's training prompt (paper, Table 6), in our words; search results arrive in <information> blocks."""
+
+REACT_TEMPLATE = (
+    "Answer the following questions. Whenever you receive new information, first reason inside <think> ... "
+    "</think>. If you lack knowledge, search by writing <search> query </search>; the results come back inside "
+    "<information> ... </information>. Search for one question at a time, as often as you need. When you know "
+    "every answer, write the answers, separated by semicolons and in the order of the questions, inside "
+    "<answer> answer1; answer2; ... </answer>, without explanations.\n\n"
+    "Questions:\n{questions}"
+)
+"""The full-history baselines' prompt: Search-R1's ReAct-style instructions with MEM1's multi-answer format."""
+
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "wikipedia_search",
+        "description": "Search Wikipedia and return the passages most relevant to the query.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to search for."}},
+            "required": ["query"],
+        },
+    },
+}
+"""MemSearcher's search tool, as a JSON schema. The env fixes how many passages come back (its top_k), so the
+authors' `top_n` argument is not offered; a call that passes it anyway still works."""
+
+MEMSEARCHER_SYSTEM = (
+    "You are a helpful assistant that answers questions by searching Wikipedia.\n\n"
+    "# Tools\n\n"
+    "You may call the function described inside <tools></tools>:\n"
+    "<tools>\n{tool}\n</tools>\n\n"
+    "To call it, write one JSON object with the function name and its arguments inside <tool_call></tool_call>:\n"
+    '<tool_call>{{"name": "wikipedia_search", "arguments": {{"query": "..."}}}}</tool_call>\n\n'
+    "The user gives the question inside <question></question> and your memory inside <memory></memory>: all you "
+    "have found so far that helps to answer it. First think inside <think></think>; then either call the tool "
+    "once, or, when you know the answer, write it inside \\boxed{{}}. If there are several questions, put all "
+    "answers in one \\boxed{{}}, in the order of the questions, separated by semicolons.\n\n"
+    "Each tool result comes back inside <tool_response></tool_response>. Then first write the updated memory "
+    "inside <memory></memory>, at most {memory_tokens} tokens: keep every relevant detail of the previous memory "
+    "and add the new information that helps to answer the question. Then think and act again."
+)
+"""MemSearcher's system prompt: the search tool, the call format, the \\boxed{} answer and the memory rule."""
+
+MEMSEARCHER_USER = "<question>{question}</question>\n\n<memory>{memory}</memory>"
+"""MemSearcher's user message (paper, section 3.1): the question and the memory, which starts empty."""
+
+TOOL_RESPONSE = (
+    "<tool_response>{observation}</tool_response>\n\n"
+    "Read the tool response carefully and update the memory with any new information that helps to answer the "
+    "question, keeping every relevant detail of the previous memory. Return the updated memory inside "
+    "<memory></memory>, then think and take your next action."
+)
+"""How MemSearcher hands back a search result: inside <tool_response>, with the request for the updated memory."""
+
+ACTION_TAGS = ("search", "answer")
+"""The env's action tags."""
+
+PASSAGE = re.compile(r"^Doc \d+\(Title: [^)]*\) (.+?)(?:</information>)?$", re.MULTILINE)
+"""One hit line of an `<information>` block (envs.retrieval.format_information); group 1 is the passage."""
+
+BOXED = "\\boxed{"
+"""Where MemSearcher's final answer starts."""
+
+
+def _positive_tokens(owner: str, name: str, value, optional: bool = False) -> int | None:
+    """`value` checked as a positive int (or None when `optional`), with an error naming the option."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        allowed = "a positive int or None" if optional else "a positive int"
+        raise ValueError(f"{owner}: {name} must be {allowed}; got {value!r}")
+    return value
+
+
+def _block(text: str, tag: str) -> tuple[int, int] | None:
+    """Character range of the content of the one `<tag>...</tag>` block in `text`; None unless there is exactly one."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    if text.count(opening) != 1 or text.count(closing) != 1:
+        return None
+    start, end = text.find(opening) + len(opening), text.find(closing)
+    return (start, end) if start <= end else None
+
+
+def _action(text: str) -> str:
+    """The env action in `text`: its one well-formed `<search>` or `<answer>` block, normalised; otherwise the text
+    itself, which the env rejects with its reason (no action, both actions, unbalanced tags)."""
+    present = [tag for tag in ACTION_TAGS if f"<{tag}>" in text or f"</{tag}>" in text]
+    if len(present) == 1 and (where := _block(text, present[0])) is not None:
+        return f"<{present[0]}>{text[where[0]:where[1]].strip()}</{present[0]}>"
+    return text
+
+
+def _parse_action(action: str) -> tuple[str, str]:
+    """(tag, content) of a well-formed env action such as the env's expert_action()."""
+    for tag in ACTION_TAGS:
+        if (where := _block(action, tag)) is not None:
+            return tag, action[where[0]:where[1]].strip()
+    raise ValueError(f"expected an env action <search>query</search> or <answer>...</answer>; got {action!r}")
+
+
+def _reasoning(action: str) -> str:
+    """The scripted expert's one-line reasoning before `action`."""
+    tag, content = _parse_action(action)
+    return f"I still need to search for {content}." if tag == "search" else "I have found every answer."
+
+
+class _SearchWorkflow(Workflow):
+    """Shared state (the questions, the latest observation) and reply handling of the search workflows."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
+        super().__init__(tokenizer)
+        self.memory_tokens = memory_tokens
+        self.questions = ""
+        self.observation: str | None = None
+        self.memory = ""
+
+    def reset(self, observation: str, info: dict) -> None:
+        self.questions = observation
+        self.observation = None
+        self.memory = ""
+
+    def observe(self, observation: str, info: dict) -> None:
+        self.observation = observation
+
+    def _prefix_tokens(self, ids: list[int], chars: int) -> int:
+        """Fewest leading tokens whose decoded text has at least `chars` characters (binary search over prefixes)."""
+        low, high = 0, len(ids)
+        while low < high:
+            mid = (low + high) // 2
+            if len(self.decode(ids[:mid])) >= chars:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    def _read_memory(self, ids: list[int], tag: str) -> tuple[str, tuple[int, int] | None, str]:
+        """(memory, its token span, text after the block) for the reply's one `<tag>` block, kept to memory_tokens.
+
+        The span holds the tokens wholly inside the block's content, found on the response's own ids (never
+        re-tokenized), so per-token losses and advantages land on exactly what the model wrote. A reply without
+        one well-formed block gives ("", None, whole text).
+        """
+        text = self.decode(ids)
+        where = _block(text, tag)
+        if where is None:
+            return "", None, text
+        start, end = where
+        first = self._prefix_tokens(ids, start)
+        last = max(first, self._prefix_tokens(ids, end + 1) - 1)
+        if self.memory_tokens is not None:
+            last = min(last, first + self.memory_tokens)
+        return self.decode(ids[first:last]).strip(), (first, last), text[end + len(f"</{tag}>"):]
+
+    def _expert_memory(self) -> str:
+        """The scripted expert's memory: the previous memory's lines plus the top passage of the latest search
+        (the passage about the entity searched for), dropping the oldest lines to fit memory_tokens."""
+        lines = [line for line in self.memory.splitlines() if line.strip()]
+        hit = PASSAGE.search(self.observation or "")
+        if hit and hit.group(1) not in lines:
+            lines.append(hit.group(1))
+        if self.memory_tokens is not None:
+            while lines and len(self.tokenizer.encode("\n".join(lines), add_special_tokens=False)) > self.memory_tokens:
+                lines.pop(0)
+        return "\n".join(lines)
+
+
+class MEM1Workflow(_SearchWorkflow):
+    """MEM1: the internal state in <think> replaces the whole history each turn.
+
+    Each call sees MEM1's prompt with the questions and, after the first turn, exactly the previous turn: the
+    model's previous reply as `<think>state</think>` followed by what it wrote after the think block (its action),
+    and the env's latest observation (the last `<information>` block, or an invalid-action message). Nothing older
+    is kept; the context is rebuilt from scratch each call. The reply's <search> or <answer> block is the env
+    action. The state is the <think> content, cut to `memory_tokens` tokens if set (the paper sets no cap).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
+        super().__init__(tokenizer, _positive_tokens("MEM1Workflow", "memory_tokens", memory_tokens, optional=True))
+        self.last_action_text = ""
+
+    def prompt_ids(self) -> list[int]:
+        messages = [{"role": "user", "content": MEM1_TEMPLATE.format(questions=self.questions)}]
+        if self.observation is not None:
+            messages += [
+                {"role": "assistant", "content": f"<think>{self.memory}</think>{self.last_action_text}"},
+                {"role": "user", "content": self.observation},
+            ]
+        return self.chat_ids(messages)
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        self.memory, _, self.last_action_text = self._read_memory(response_ids, "think")
+        return _action(self.last_action_text), {}
+
+    def expert_response(self, action: str) -> str:
+        """The state is the cumulative summary (top passage of every search, within memory_tokens), then the action."""
+        _parse_action(action)
+        return f"<think>{self._expert_memory()}</think>{action}"
+
+
+class MemSearcherWorkflow(_SearchWorkflow):
+    """MemSearcher: the model reasons from the question and a compact memory, and rewrites the memory after each
+    tool response.
+
+    The Workflow interface makes one env step per LLM call, so the memory update is folded into the next call:
+    after a search the model's next reply is `<memory>updated memory</memory>` + <think> + a tool call or the
+    answer. The first call sees the system prompt (tool, formats) and the user message
+    `<question>questions</question>\\n\\n<memory></memory>` (the memory starts empty). Every later call sees the
+    system prompt, that user message with the current memory, the previous reply without its memory block, and
+    the env's latest observation as a user message in <tool_response> asking for the updated memory. The reply's
+    <memory> (cut to `memory_tokens` tokens) replaces the memory; a reply without one leaves it empty. The action
+    is translated for the env: a `wikipedia_search` <tool_call> becomes `<search>query</search>` and
+    `\\boxed{a1; a2}` becomes `<answer>a1; a2</answer>`; anything else becomes the empty action, which the env
+    rejects. The env's own observation (an `<information>` block or an invalid-action message) goes back as is.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int = 1024):
+        super().__init__(tokenizer, _positive_tokens("MemSearcherWorkflow", "memory_tokens", memory_tokens))
+        self.system_prompt = MEMSEARCHER_SYSTEM.format(tool=json.dumps(SEARCH_TOOL), memory_tokens=memory_tokens)
+        self.last_reply = ""
+
+    def prompt_ids(self) -> list[int]:
+        messages = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": MEMSEARCHER_USER.format(question=self.questions, memory=self.memory)},
+        ]
+        if self.observation is not None:
+            messages += [
+                {"role": "assistant", "content": self.last_reply},
+                {"role": "user", "content": TOOL_RESPONSE.format(observation=self.observation)},
+            ]
+        return self.chat_ids(messages)
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        self.memory, _, self.last_reply = self._read_memory(response_ids, "memory")
+        return self._env_action(self.last_reply), {}
+
+    @staticmethod
+    def _env_action(text: str) -> str:
+        """The env action for a reply's act part: its one tool call or its \\boxed{} answer, else ""."""
+        call = _block(text, "tool_call")
+        boxed = text.find(BOXED)
+        if call is not None and boxed < 0:
+            try:
+                request = json.loads(text[call[0]:call[1]])
+                query = request["arguments"]["query"] if request["name"] == SEARCH_TOOL["function"]["name"] else None
+            except (ValueError, TypeError, KeyError):
+                return ""
+            return f"<search>{query.strip()}</search>" if isinstance(query, str) else ""
+        if call is None and boxed >= 0 and "<tool_call>" not in text:
+            close = text.rfind("}")
+            if close > boxed:
+                return f"<answer>{text[boxed + len(BOXED):close].strip()}</answer>"
+        return ""
+
+    def expert_response(self, action: str) -> str:
+        """Updated memory (after a search), one line of reasoning, then the tool call or the boxed answer."""
+        tag, content = _parse_action(action)
+        memory = f"<memory>{self._expert_memory()}</memory>\n" if self.observation is not None else ""
+        if tag == "search":
+            call = json.dumps({"name": SEARCH_TOOL["function"]["name"], "arguments": {"query": content}})
+            act = f"<tool_call>{call}</tool_call>"
+        else:
+            act = f"The answer is {BOXED}{content}}}."
+        return f"{memory}<think>{_reasoning(action)}</think>\n{act}"
+
+
+class MemPOWorkflow(_SearchWorkflow):
+    """MemPO: each reply starts with a <mem> summary of everything useful so far; the next call sees only that.
+
+    Each call sees MemPO's prompt with the questions and, after the first turn, the previous reply's memory as an
+    assistant message `<mem>\\nmemory\\n</mem>` and the env's latest observation (the new `<information>` block or
+    an invalid-action message). The previous reply's <think> and action are dropped. A reply is
+    `<mem>...</mem><think>...</think>` and one <search> or <answer> block, which is the env action. The <mem>
+    content (cut to `memory_tokens` tokens if set; the paper sets no cap) becomes the memory, and its response
+    tokens are returned as span "mem", where MemPO's memory advantage lands.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
+        super().__init__(tokenizer, _positive_tokens("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True))
+
+    def prompt_ids(self) -> list[int]:
+        messages = [{"role": "user", "content": MEMPO_TEMPLATE.format(questions=self.questions)}]
+        if self.observation is not None:
+            messages += [
+                {"role": "assistant", "content": f"<mem>\n{self.memory}\n</mem>"},
+                {"role": "user", "content": self.observation},
+            ]
+        return self.chat_ids(messages)
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        self.memory, span, rest = self._read_memory(response_ids, "mem")
+        return _action(rest), ({"mem": [span]} if span is not None else {})
+
+    def expert_response(self, action: str) -> str:
+        """MemPO's layout, one part per line: the cumulative memory, one line of reasoning, the action."""
+        tag, content = _parse_action(action)
+        return (f"<mem>\n{self._expert_memory()}\n</mem>\n<think>\n{_reasoning(action)}\n</think>\n"
+                f"<{tag}>\n{content}\n</{tag}>")
+
+
+class ReActWorkflow(_SearchWorkflow):
+    """ReAct with the full history: each call sees the prompt with the questions, then every previous reply (as
+    an assistant message, verbatim) and every observation after it (as a user message), so the context grows
+    linearly with the turns. The reply's <search> or <answer> block is the env action."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        super().__init__(tokenizer)
+        self.turns: list[tuple[str, str]] = []
+        self.last_reply = ""
+
+    def reset(self, observation: str, info: dict) -> None:
+        super().reset(observation, info)
+        self.turns = []
+
+    def observe(self, observation: str, info: dict) -> None:
+        super().observe(observation, info)
+        self.turns.append((self.last_reply, observation))
+
+    def _history_ids(self, turns: list[tuple[str, str]]) -> list[int]:
+        messages = [{"role": "user", "content": REACT_TEMPLATE.format(questions=self.questions)}]
+        for reply, observation in turns:
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+        return self.chat_ids(messages)
+
+    def prompt_ids(self) -> list[int]:
+        return self._history_ids(self.turns)
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        self.last_reply = self.decode(response_ids)
+        return _action(self.last_reply), {}
+
+    def expert_response(self, action: str) -> str:
+        """One line of reasoning, then the action (the history itself is the memory)."""
+        return f"<think>{_reasoning(action)}</think>\n{action}"
+
+
+class TruncatedReActWorkflow(ReActWorkflow):
+    """ReAct with a sliding window: each call sees the prompt with the questions, then the most recent whole turns
+    (reply and observation) that fit in `max_context_tokens`, older turns dropped first. The task prompt is always
+    kept; a window too small to hold it alone is an error."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 4096):
+        super().__init__(tokenizer)
+        self.max_context_tokens = _positive_tokens("TruncatedReActWorkflow", "max_context_tokens", max_context_tokens)
+
+    def prompt_ids(self) -> list[int]:
+        for first in range(len(self.turns) + 1):
+            ids = self._history_ids(self.turns[first:])
+            if len(ids) <= self.max_context_tokens:
+                return ids
+        raise ValueError(
+            f"TruncatedReActWorkflow: max_context_tokens={self.max_context_tokens} cannot hold even the task prompt "
+            f"({len(ids)} tokens); raise max_context_tokens"
+        )
