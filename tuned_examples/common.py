@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import ray
 from tqdm import tqdm
 
@@ -73,12 +74,15 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     algo = config.build()
+    t_eval = time.perf_counter()
     before = algo.evaluate()
-    curve = []
+    eval_s = time.perf_counter() - t_eval
+    curve, timers = [], []
     bar = tqdm(range(iterations), desc="training", unit="iter")
     for _ in bar:
         result = algo.train()
         curve.append(result["env_runners"]["reward_mean"])
+        timers.append(result["timers"])
         bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
                         it_s=f"{result['timers']['iteration_s']:.1f}")
     after = algo.evaluate()
@@ -86,7 +90,8 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     algo.save_model(out / "model")
     algo.stop()
     summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after,
-               "wall_s": time.perf_counter() - start}
+               "wall_s": time.perf_counter() - start, "eval_s": eval_s,
+               "mean_timers_s": {k: sum(t[k] for t in timers) / len(timers) for k in timers[0]} if timers else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curve(summary, out / "curve.png")
     for name, ev in (("before", before), ("after", after)):
@@ -105,7 +110,11 @@ def plot_curve(summary: dict, path: Path) -> None:
 
     curve = summary["reward_per_iteration"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(range(1, len(curve) + 1), curve, marker=".", label="training reward (sampled)")
+    ax.plot(range(1, len(curve) + 1), curve, marker=".", alpha=0.5, label="training reward (sampled)")
+    window = min(5, len(curve))
+    if window > 1:  # a handful of tasks per iteration makes the raw curve noisy
+        smooth = np.convolve(curve, np.ones(window) / window, mode="valid")
+        ax.plot(range(window, len(curve) + 1), smooth, label=f"mean of the last {window} iterations")
     for x, name in ((0, "eval_before"), (len(curve), "eval_after")):
         ev = summary[name]
         ax.errorbar([x], [ev["reward_mean"]], yerr=[[ev["reward_mean"] - ev["reward_ci_low"]],
