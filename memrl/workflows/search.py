@@ -402,11 +402,19 @@ class TruncatedReActWorkflow(ReActWorkflow):
         self.max_context_tokens = _positive_tokens("TruncatedReActWorkflow", "max_context_tokens", max_context_tokens)
 
     def prompt_ids(self) -> list[int]:
-        for first in range(len(self.turns) + 1):
-            ids = self._history_ids(self.turns[first:])
-            if len(ids) <= self.max_context_tokens:
-                return ids
-        raise ValueError(
-            f"TruncatedReActWorkflow: max_context_tokens={self.max_context_tokens} cannot hold even the task prompt "
-            f"({len(ids)} tokens); raise max_context_tokens"
-        )
+        prompt = self._history_ids([])
+        if len(prompt) > self.max_context_tokens:
+            raise ValueError(
+                f"TruncatedReActWorkflow: max_context_tokens={self.max_context_tokens} cannot hold even the task "
+                f"prompt ({len(prompt)} tokens); raise max_context_tokens"
+            )
+        # Dropping older turns only shortens the context, so the first kept turn is found by bisection: a few
+        # chat-template renders per call instead of one per turn.
+        low, high = 0, len(self.turns)  # turns[high:] (at worst none) always fits
+        while low < high:
+            mid = (low + high) // 2
+            if len(self._history_ids(self.turns[mid:])) <= self.max_context_tokens:
+                high = mid
+            else:
+                low = mid + 1
+        return self._history_ids(self.turns[low:]) if low < len(self.turns) else prompt
