@@ -8,9 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from memrl.learner.stitching import tree_mask_and_positions
+
 Row = Mapping[str, np.ndarray]
 """One conversation for training: "prompt_ids" and "response_ids" (int arrays) plus optional per-response-token
-arrays such as "loss_mask", "old_logprobs", "advantages", "ref_logprobs"."""
+arrays such as "loss_mask", "old_logprobs", "advantages", "ref_logprobs". A stitched trajectory
+(memrl.learner.stitching) also carries "parents", one per prompt + response token: each token then sees only its
+ancestors, at position = depth, instead of every token before it."""
 
 
 def make_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -47,6 +51,15 @@ def check_rows(rows: Sequence[Row], per_token_keys: Sequence[str] = ()) -> None:
         if len(row["prompt_ids"]) < 1:
             raise ValueError(f"row {i} has an empty prompt; a response token needs at least one prompt token before it")
         n = len(row["response_ids"])
+        if "parents" in row:
+            parents = np.asarray(row["parents"])
+            size = len(row["prompt_ids"]) + n
+            if parents.shape != (size,):
+                raise ValueError(f"row {i}: 'parents' has shape {parents.shape}; it needs one per token ({size},)")
+            if np.any(parents < -1) or np.any(parents >= np.arange(size)):
+                raise ValueError(f"row {i}: 'parents' must point to an earlier token (or be -1 for a root)")
+            if np.any(parents[len(row["prompt_ids"]):] < 0):
+                raise ValueError(f"row {i}: every response token needs a parent (a context to be predicted from)")
         for key in per_token_keys:
             if np.shape(row[key]) != (n,):
                 raise ValueError(
@@ -66,11 +79,13 @@ class MicroBatch:
     input_ids: torch.Tensor
     """[B, S] prompt then response ids, right-padded with 0."""
     attention_mask: torch.Tensor
-    """[B, S] 1 on real tokens, 0 on padding."""
+    """[B, S] 1 on real tokens, 0 on padding; or, when a row is a token tree, [B, 1, S, S] bool: True where the
+    query token may attend to the key token (its ancestors and itself)."""
     position_ids: torch.Tensor
-    """[B, S] 0, 1, 2, ... along each row (padding positions continue the count; they are masked anyway)."""
+    """[B, S] 0, 1, 2, ... along each row, or each token's depth in a tree (padding positions are masked anyway)."""
     logit_index: torch.Tensor
-    """[B, T] position whose logits predict each response token (prompt length + j - 1), clamped on padding."""
+    """[B, T] position whose logits predict each response token (its parent: prompt length + j - 1 on a plain
+    row), 0 on padding."""
     response_ids: torch.Tensor
     """[B, T] response token ids, right-padded with 0."""
     response_mask: torch.Tensor
@@ -133,20 +148,31 @@ def pad_rows(rows: Sequence[Row]) -> MicroBatch:
     seq_len = max(p + t for p, t in zip(prompt_lens, resp_lens))
     resp_len = max(max(resp_lens), 1)
     batch = len(rows)
+    trees = any("parents" in row for row in rows)
     input_ids = torch.zeros(batch, seq_len, dtype=torch.long)
-    attention_mask = torch.zeros(batch, seq_len, dtype=torch.long)
     response_ids = torch.zeros(batch, resp_len, dtype=torch.long)
     response_mask = torch.zeros(batch, resp_len, dtype=torch.float32)
     logit_index = torch.zeros(batch, resp_len, dtype=torch.long)
+    position_ids = torch.arange(seq_len).unsqueeze(0).expand(batch, -1).clone()
+    if trees:
+        # Padding queries attend to themselves only: a query row with nothing to attend to would give NaN.
+        attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(batch, 1, 1, 1)
+    else:
+        attention_mask = torch.zeros(batch, seq_len, dtype=torch.long)
     for b, row in enumerate(rows):
         p, t = prompt_lens[b], resp_lens[b]
         ids = np.concatenate([np.asarray(row["prompt_ids"]), np.asarray(row["response_ids"])]).astype(np.int64)
         input_ids[b, : p + t] = torch.from_numpy(ids)
-        attention_mask[b, : p + t] = 1
         response_ids[b, :t] = input_ids[b, p : p + t]
         response_mask[b, :t] = 1.0
-        logit_index[b] = torch.clamp(torch.arange(resp_len) + p - 1, max=seq_len - 1)
-    position_ids = torch.arange(seq_len).unsqueeze(0).expand(batch, -1).clone()
+        parents = np.asarray(row["parents"]) if "parents" in row else np.arange(-1, p + t - 1)
+        logit_index[b, :t] = torch.from_numpy(parents[p:].astype(np.int64))
+        if trees:
+            mask, depth = tree_mask_and_positions(parents)
+            attention_mask[b, 0, : p + t, : p + t] = torch.from_numpy(mask)
+            position_ids[b, : p + t] = torch.from_numpy(depth)
+        else:
+            attention_mask[b, : p + t] = 1
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from memrl.learner.learner import LearnerConfig, check_train_rows
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
+from memrl.learner.stitching import stitch
 from memrl.weight_sync import broadcast_recv, init_group
 
 TOKEN_BUDGET = 24
@@ -139,6 +140,25 @@ def test_zero3_logprobs_match_transformers(group, tiny_checkpoint):
     # One row: the other rank holds none and only runs padding passes.
     (lp,), _ = group.compute_logprobs(rows[:1])
     np.testing.assert_allclose(lp, expected[0][0].numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_zero3_stitched_rows_match_each_conversation_alone(group):
+    """A token-tree row (4D mask, depth positions) through the ZeRO-3 ranks equals its conversations run alone."""
+    rng = np.random.default_rng(7)
+    task = rng.integers(3, 1000, 9)
+    conversations = [(task, rng.integers(3, 1000, 5))]
+    for turn in range(4):  # each turn: the task prompt, then new context (an earlier state, information), then a reply
+        conversations.append((np.concatenate([task, rng.integers(3, 1000, 4 + turn)]), rng.integers(3, 1000, 3)))
+    stitched = stitch(conversations)
+    rows = [{"prompt_ids": stitched.prompt_ids, "response_ids": stitched.response_ids, "parents": stitched.parents}]
+    separate = [{"prompt_ids": p, "response_ids": r} for p, r in conversations]
+    (tree_lp,), (tree_ent,) = group.compute_logprobs(rows)
+    want_lp, want_ent = group.compute_logprobs(separate)
+    for got, want in zip(stitched.gather(tree_lp), want_lp, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    for got, want in zip(stitched.gather(tree_ent), want_ent, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow
