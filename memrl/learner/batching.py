@@ -117,6 +117,12 @@ class MicroBatch:
         mask = self.response_mask.to(logits.device)
         return token_logp * mask, entropy * mask
 
+    def values(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B, T] critic value before each response token, from [B, S, 1] value-head outputs (float32, 0 on padding)."""
+        index = self.logit_index.to(logits.device)
+        values = torch.gather(logits[..., 0].float(), 1, index)
+        return values * self.response_mask.to(logits.device)
+
     def split(self, values: torch.Tensor) -> list[np.ndarray]:
         """Cut a [B, T] tensor into per-row float32 arrays of each row's real response length."""
         values = values.detach().float().cpu().numpy()

@@ -20,10 +20,10 @@ os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else
 import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from deepspeed.accelerator import get_accelerator  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification  # noqa: E402
 
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
-from memrl.learner.losses import LossConfig, compute_loss  # noqa: E402
+from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
 from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_buckets  # noqa: E402
 
 # DeepSpeed 0.19's ZeRO-3 calls collectives that torch 2.13 marks deprecated, once per step on every rank.
@@ -32,8 +32,12 @@ warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_sca
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Training dtypes a learner accepts, by name."""
 
-TRAIN_KEYS = ("loss_mask", "old_logprobs", "advantages")
-"""Per-response-token arrays every training row carries besides its ids; "ref_logprobs" is optional (all or none)."""
+TRAIN_KEYS = {"lm": ("loss_mask", "old_logprobs", "advantages"), "value": ("loss_mask", "old_values", "returns")}
+"""Per-response-token arrays every training row carries besides its ids, by head; a policy's "ref_logprobs" is
+optional (all rows or none)."""
+
+HEADS = ("lm", "value")
+"""What a learner trains: the policy (a causal LM) or a critic (the same backbone with a scalar value head)."""
 
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
@@ -71,6 +75,9 @@ class LearnerConfig:
     """transformers attention backend: "sdpa" or "eager" (or "flash_attention_2" where installed)."""
     dist_timeout_s: float = 1800.0
     """Timeout of the learners' collectives; a rank that never arrives fails the step instead of hanging."""
+    head: str = "lm"
+    """"lm": the policy, trained with the policy-gradient (or SFT) loss; "value": a PPO critic, the checkpoint's
+    backbone with a fresh scalar head (AutoModelForTokenClassification, one label), trained on value targets."""
 
     def __post_init__(self) -> None:
         if not Path(self.model_path).is_dir():
@@ -95,6 +102,10 @@ class LearnerConfig:
             raise ValueError(f"LearnerConfig.token_budget must be >= 1, got {self.token_budget}")
         if self.dtype not in DTYPES:
             raise ValueError(f"LearnerConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"LearnerConfig.head must be one of {HEADS}, got {self.head!r}")
+        if self.head == "value" and self.compute_ref:
+            raise ValueError("LearnerConfig.compute_ref is for policies; a critic (head='value') has no reference")
         if not self.dist_timeout_s > 0:
             raise ValueError(f"LearnerConfig.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
 
@@ -163,11 +174,18 @@ class Learner:
     def _load_model(self) -> torch.nn.Module:
         # Every rank loads the full checkpoint and deepspeed.initialize partitions it. (Loading straight into
         # partitions needs transformers' HfDeepSpeedConfig, which requires the accelerate package.)
-        model = AutoModelForCausalLM.from_pretrained(
-            self.config.model_path,
-            dtype=DTYPES[self.config.dtype],
-            attn_implementation=self.config.attn_implementation,
-        )
+        if self.config.head == "value":
+            # The head is new (seeded by torch.manual_seed above); transformers reports it as missing, as intended.
+            model = AutoModelForTokenClassification.from_pretrained(
+                self.config.model_path, num_labels=1, dtype=DTYPES[self.config.dtype],
+                attn_implementation=self.config.attn_implementation,
+            )
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                self.config.model_path,
+                dtype=DTYPES[self.config.dtype],
+                attn_implementation=self.config.attn_implementation,
+            )
         model.config.use_cache = False
         return model
 
@@ -176,14 +194,14 @@ class Learner:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
-    def _forward(self, engine, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        out = engine(
+    def _forward(self, engine, mb: MicroBatch) -> torch.Tensor:
+        """[B, S, V] logits (V = 1 for a critic)."""
+        return engine(
             input_ids=mb.input_ids,
             attention_mask=mb.attention_mask,
             position_ids=mb.position_ids,
             use_cache=False,
-        )
-        return mb.logprobs_and_entropy(out.logits)
+        ).logits
 
     def _dummy_batch(self) -> MicroBatch:
         # ZeRO-3 gathers parameters collectively in every forward and reduces gradients in every backward,
@@ -201,22 +219,34 @@ class Learner:
         """
         if reference and self.ref_engine is None:
             raise ValueError("reference logprobs need LearnerConfig.compute_ref=True")
+        if self.config.head != "lm":
+            raise ValueError(f"compute_logprobs needs a policy (head='lm'); this learner is a {self.config.head!r} head")
+        scores = self._score(self.ref_engine if reference else self.engine, rows, MicroBatch.logprobs_and_entropy)
+        return [lp for lp, _ in scores], [ent for _, ent in scores]
+
+    def compute_values(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """Per-row critic value before each response token (read where that token's logits would be); every rank
+        must call this at the same time."""
+        if self.config.head != "value":
+            raise ValueError(f"compute_values needs a critic (head='value'); this learner is a {self.config.head!r} head")
+        return [values for (values,) in self._score(self.engine, rows, lambda mb, out: (mb.values(out),))]
+
+    def _score(self, engine, rows: Sequence[Row], read) -> list[tuple[np.ndarray, ...]]:
+        """Forward every micro-batch without gradients; `read(mb, logits)` gives [B, T] tensors, cut per row."""
         check_rows(rows)
-        engine = self.ref_engine if reference else self.engine
         engine.eval()
         batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
-        logprobs: list[np.ndarray | None] = [None] * len(rows)
-        entropy: list[np.ndarray | None] = [None] * len(rows)
+        results: list[tuple[np.ndarray, ...] | None] = [None] * len(rows)
         with torch.no_grad():
             for i in range(self._max_over_ranks(len(batches))):
                 if i >= len(batches):
                     self._forward(engine, self._dummy_batch())
                     continue
                 mb = pad_rows([rows[j] for j in batches[i]]).to(self.device)
-                lp, ent = self._forward(engine, mb)
-                for j, lp_row, ent_row in zip(batches[i], mb.split(lp), mb.split(ent)):
-                    logprobs[j], entropy[j] = lp_row, ent_row
-        return logprobs, entropy
+                per_row = zip(*(mb.split(t) for t in read(mb, self._forward(engine, mb))))
+                for j, values in zip(batches[i], per_row):
+                    results[j] = values
+        return results
 
     def train_step(
         self,
@@ -233,7 +263,7 @@ class Learner:
         Returns this rank's sums (loss, loss metrics, tokens, rows, micro_batches, forward_passes) plus the
         step's grad_norm (before clipping) and lr.
         """
-        has_ref = check_train_rows(rows)
+        has_ref = check_train_rows(rows, self.config.head)
         batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
         num_passes = self._max_over_ranks(len(batches))
         self.engine.train()
@@ -242,27 +272,38 @@ class Learner:
             if i < len(batches):
                 mb_rows = [rows[j] for j in batches[i]]
                 mb = pad_rows(mb_rows).to(self.device)
-                logprobs, entropy = self._forward(self.engine, mb)
+                logits = self._forward(self.engine, mb)
                 mask = (mb.response_values(mb_rows, "loss_mask").to(self.device) > 0).float() * mb.response_mask
-                loss, metrics = compute_loss(
-                    loss_config,
-                    logprobs,
-                    mb.response_values(mb_rows, "old_logprobs").to(self.device),
-                    mb.response_values(mb_rows, "advantages").to(self.device),
-                    mask,
-                    num_tokens,
-                    num_seqs,
-                    ref_logprobs=mb.response_values(mb_rows, "ref_logprobs").to(self.device) if has_ref else None,
-                    entropy=entropy,
-                    max_tokens=max_tokens,
-                )
+                if self.config.head == "value":
+                    loss, metrics = value_loss(
+                        mb.values(logits),
+                        mb.response_values(mb_rows, "old_values").to(self.device),
+                        mb.response_values(mb_rows, "returns").to(self.device),
+                        mask,
+                        loss_config.value_clip,
+                        num_tokens,
+                    )
+                else:
+                    logprobs, entropy = mb.logprobs_and_entropy(logits)
+                    loss, metrics = compute_loss(
+                        loss_config,
+                        logprobs,
+                        mb.response_values(mb_rows, "old_logprobs").to(self.device),
+                        mb.response_values(mb_rows, "advantages").to(self.device),
+                        mask,
+                        num_tokens,
+                        num_seqs,
+                        ref_logprobs=(mb.response_values(mb_rows, "ref_logprobs").to(self.device) if has_ref
+                                      else None),
+                        entropy=entropy,
+                        max_tokens=max_tokens,
+                    )
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
                 sums["loss"] += loss.item()
                 sums["tokens"] += mask.sum().item()
             else:
-                lp, _ = self._forward(self.engine, self._dummy_batch())
-                loss = lp.sum() * 0.0
+                loss = self._forward(self.engine, self._dummy_batch()).sum() * 0.0
             # DeepSpeed averages gradients over ranks, but the loss is already a share of the global mean.
             self.engine.backward(loss * self.world_size)
         self.engine.step()
@@ -343,10 +384,10 @@ class Learner:
         self.engine.module.save_pretrained(out, state_dict=state_dict)
 
 
-def check_train_rows(rows: Sequence[Row]) -> bool:
-    """Raise a ValueError on a row unfit for train_step; return whether the rows carry ref_logprobs."""
-    with_ref = sum("ref_logprobs" in row for row in rows)
+def check_train_rows(rows: Sequence[Row], head: str = "lm") -> bool:
+    """Raise a ValueError on a row unfit for a `head` learner's train_step; return whether rows carry ref_logprobs."""
+    with_ref = sum("ref_logprobs" in row for row in rows) if head == "lm" else 0
     if 0 < with_ref < len(rows):
         raise ValueError(f"{with_ref} of {len(rows)} training rows carry ref_logprobs; it must be all rows or none")
-    check_rows(rows, TRAIN_KEYS + (("ref_logprobs",) if with_ref else ()))
+    check_rows(rows, TRAIN_KEYS[head] + (("ref_logprobs",) if with_ref else ()))
     return with_ref > 0

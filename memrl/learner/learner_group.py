@@ -91,18 +91,24 @@ class LearnerGroup:
         self, rows: Sequence[Row], reference: bool = False
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per-row response-token logprobs and entropies, in the order of `rows` (reference=True: frozen model)."""
+        pairs = self._per_row("compute_logprobs", rows, reference, merge=lambda lp, ent: list(zip(lp, ent)))
+        return [lp for lp, _ in pairs], [ent for _, ent in pairs]
+
+    def compute_values(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """Per-row critic values before each response token, in the order of `rows` (a head='value' group)."""
+        return self._per_row("compute_values", rows)
+
+    def _per_row(self, method: str, rows: Sequence[Row], *args: Any, merge=None) -> list:
+        """Split rows over the ranks, run `method(part, *args)` on each, and put the per-row results back in order."""
         # Bad rows are refused here: a rank that failed mid-call would leave the others waiting in a collective.
         check_rows(rows)
         parts = split_rows([row_length(r) for r in rows], self.num_learners)
-        results = self._call(
-            "compute_logprobs", per_rank_args=[([rows[i] for i in part], reference) for part in parts]
-        )
-        logprobs: list[np.ndarray | None] = [None] * len(rows)
-        entropy: list[np.ndarray | None] = [None] * len(rows)
-        for part, (lp, ent) in zip(parts, results):
-            for i, lp_row, ent_row in zip(part, lp, ent):
-                logprobs[i], entropy[i] = lp_row, ent_row
-        return logprobs, entropy
+        results = self._call(method, per_rank_args=[([rows[i] for i in part], *args) for part in parts])
+        out: list = [None] * len(rows)
+        for part, result in zip(parts, results):
+            for i, value in zip(part, merge(*result) if merge else result, strict=True):
+                out[i] = value
+        return out
 
     def train_step(
         self, rows: Sequence[Row], loss_config: LossConfig, max_tokens: int | None = None
@@ -114,7 +120,7 @@ class LearnerGroup:
         """
         if not rows:
             raise ValueError("train_step needs at least one row")
-        check_train_rows(rows)
+        check_train_rows(rows, self.config.head)
         num_tokens = float(sum(int(np.count_nonzero(np.asarray(r["loss_mask"]))) for r in rows))
         if num_tokens == 0:
             raise ValueError(f"train_step got {len(rows)} rows but none has a loss token (every loss_mask is 0)")

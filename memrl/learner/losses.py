@@ -40,6 +40,9 @@ class LossConfig:
     """"token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm" (Dr.GRPO)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus subtracted from the loss; >= 0, 0 turns it off."""
+    value_clip: float = 0.5
+    """PPO critics: a new value may move at most this far from the value at sampling time before its loss stops
+    improving (value clipping, as in verl's cliprange_value); 0 turns clipping off."""
     kind: str = "policy"
     """"policy" (the terms above) or "sft": the aggregated negative log-likelihood of the response tokens alone
     (advantages and old logprobs are ignored; clip settings unused; kl_coef and entropy_coef must be 0)."""
@@ -59,6 +62,8 @@ class LossConfig:
             raise ValueError(f"LossConfig.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if not self.entropy_coef >= 0:
             raise ValueError(f"LossConfig.entropy_coef must be >= 0, got {self.entropy_coef}")
+        if not self.value_clip >= 0:
+            raise ValueError(f"LossConfig.value_clip must be >= 0 (0 = off), got {self.value_clip}")
         if self.kind not in LOSS_KINDS:
             raise ValueError(f"LossConfig.kind must be one of {LOSS_KINDS}, got {self.kind!r}")
         if self.kind == "sft" and (self.kl_coef > 0 or self.entropy_coef > 0):
@@ -242,4 +247,36 @@ def compute_loss(
         metrics["entropy"] = entropy_mean.item()
         if config.entropy_coef > 0:
             loss = loss - config.entropy_coef * entropy_mean
+    return loss, metrics
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    num_tokens: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO critic loss over a micro-batch, a share of the step's token mean (num_tokens counts the whole step).
+
+    0.5 * max((V - R)^2, (clip(V, V_old - clip, V_old + clip) - R)^2) per token; clip = 0 is the plain squared error.
+    Metrics: vf_loss, vf_clip_frac (tokens where the clipped branch was taken) and value_mean.
+    """
+    _check_shapes(values, old_values=old_values, returns=returns, mask=mask)
+    unclipped = (values - returns).square()
+    if clip > 0:
+        clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns).square()
+        per_token = 0.5 * torch.maximum(unclipped, clipped)
+        was_clipped = (clipped > unclipped).to(values.dtype)
+    else:
+        per_token = 0.5 * unclipped
+        was_clipped = torch.zeros_like(values)
+    loss = aggregate(per_token, mask, "token_mean", num_tokens, 1.0)
+    with torch.no_grad():
+        metrics = {
+            "vf_loss": loss.item(),
+            "vf_clip_frac": aggregate(was_clipped, mask, "token_mean", num_tokens, 1.0).item(),
+            "value_mean": aggregate(values, mask, "token_mean", num_tokens, 1.0).item(),
+        }
     return loss, metrics

@@ -15,6 +15,7 @@ from memrl.learner.losses import (
     kl_estimate,
     kl_penalty_in_reward,
     policy_loss_per_token,
+    value_loss,
 )
 
 LN2 = math.log(2.0)
@@ -332,6 +333,7 @@ def test_compute_loss_sft_is_the_negative_log_likelihood():
         ({"entropy_coef": -0.1}, "entropy_coef"),
         ({"clip_low": float("nan")}, "clip_low"),
         ({"kind": "dpo"}, "kind"),
+        ({"value_clip": -0.5}, "value_clip"),
         ({"kind": "sft", "kl_coef": 0.1}, "kind"),
         ({"kind": "sft", "entropy_coef": 0.01}, "kind"),
     ],
@@ -346,3 +348,30 @@ def test_config_defaults_are_valid():
     assert (config.clip_low, config.clip_high, config.aggregation, config.kl_estimator, config.kind) == (
         0.2, 0.28, "token_mean", "k3", "policy",
     )
+
+
+# --- critic loss -------------------------------------------------------------------------------------------------
+
+
+def test_value_loss_clips_moves_beyond_the_range_around_old_values():
+    old = torch.tensor([[0.0, 0.0, 0.0, 9.0]])
+    returns = torch.tensor([[1.0, 1.0, -1.0, 9.0]])
+    values = torch.tensor([[0.3, 2.0, 1.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token is padding: ignored whatever its values
+    loss, metrics = value_loss(values, old, returns, mask, clip=0.5, num_tokens=3)
+    # token 0: inside the range, 0.5 * 0.7^2. token 1: clipped value 0.5 -> 0.5 * max(1.0, 0.25) = 0.5 (unclipped
+    # is worse, so it counts). token 2: clipped value 0.5 -> 0.5 * max(4, 2.25) = 2.0 (unclipped counts again).
+    assert loss.item() == pytest.approx((0.5 * 0.49 + 0.5 + 2.0) / 3)
+    assert metrics["vf_clip_frac"] == 0.0 and metrics["value_mean"] == pytest.approx(3.3 / 3)
+    loss.backward()
+    close(values.grad, [[-0.7 / 3, 1.0 / 3, 2.0 / 3, 0.0]])
+    # Moving towards the return beyond the range: the clipped branch is the larger loss and carries no gradient.
+    values = torch.tensor([[0.0, 0.0, -2.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0, -0.5, 0.0]])
+    returns = torch.tensor([[0.0, 0.0, -3.0, 0.0]])
+    loss, metrics = value_loss(values, old, returns, mask, clip=0.5, num_tokens=3)
+    assert loss.item() == pytest.approx(0.5 * 2.0**2 / 3) and metrics["vf_clip_frac"] == pytest.approx(1 / 3)
+    loss.backward()
+    close(values.grad, [[0.0, 0.0, 0.0, 0.0]])
+    unclipped, _ = value_loss(values, old, returns, mask, clip=0.0, num_tokens=3)
+    assert unclipped.item() == pytest.approx(0.5 * 1.0 / 3)
