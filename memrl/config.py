@@ -116,6 +116,10 @@ class TrainingConfig:
     """DAPO overlong shaping: responses within this many tokens of max_tokens are penalised linearly (0 = off)."""
     overlong_penalty: float = 1.0
     """Penalty at max_tokens (and beyond) for overlong shaping, per conversation."""
+    stitch_trajectories: bool = False
+    """Train each trajectory as one token-tree row (memrl.learner.stitching): conversations share their identical
+    prefixes, each token still sees exactly its rollout context. Saves learner compute where calls share a long
+    prefix (the task prompt, or a whole history); False trains one row per conversation."""
     use_rollout_logprobs: bool = True
     """Use the engine's logprobs as the PPO old logprobs (one update per batch makes them equal up to numerics);
     False recomputes them on the learner."""

@@ -2,5 +2,6 @@
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import DAPO, GRPO, DAPOConfig, GRPOConfig
+from memrl.algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["DAPO", "GRPO", "Algorithm", "DAPOConfig", "GRPOConfig"]
+__all__ = ["DAPO", "GRPO", "PPO", "Algorithm", "DAPOConfig", "GRPOConfig", "PPOConfig"]

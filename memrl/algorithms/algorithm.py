@@ -27,7 +27,6 @@ from memrl.env_runner_group import EnvRunnerGroup
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import eval_summary, sample_heldout, start_engine
 from memrl.learner.advantages import (
-    broadcast_to_conversations,
     dynamic_sampling_mask,
     group_advantages,
     overlong_penalty,
@@ -35,6 +34,7 @@ from memrl.learner.advantages import (
 from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import kl_penalty_in_reward
+from memrl.learner.stitching import stitch
 
 STATE_FILE = "algorithm_state.json"
 
@@ -116,7 +116,7 @@ class Algorithm(tune.Trainable):
         learner_metrics: dict[str, float] = {}
         if kept:
             train = self.cfg.training_cfg
-            rows = self.build_rows(kept)
+            rows = self.build_rows(kept, stitched=train.stitch_trajectories)
             if not train.use_rollout_logprobs:
                 old, _ = self.learner_group.compute_logprobs(rows)
                 for row, lp in zip(rows, old):
@@ -125,9 +125,7 @@ class Algorithm(tune.Trainable):
                 ref, _ = self.learner_group.compute_logprobs(rows, reference=True)
                 for row, lp in zip(rows, ref):
                     row["ref_logprobs"] = lp
-            rewards = self.training_rewards(kept, rows)
-            advantages = self.trajectory_advantages(kept, rewards)
-            self.assign_advantages(rows, kept, advantages)
+            self.compute_advantages(kept, rows)
             learner_metrics = self._train_minibatches(rows, kept)
             self.counters["trajectories_trained"] += len(kept)
             self.counters["conversations_trained"] += len(rows)
@@ -201,6 +199,12 @@ class Algorithm(tune.Trainable):
             for k in range(train.group_size)
         ]
 
+    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> None:
+        """Give every row its per-token "advantages": here each trajectory's group-relative advantage on all of
+        its tokens (algorithms with token-level credit, such as PPO, override this)."""
+        rewards = self.training_rewards(trajectories, rows)
+        self.assign_advantages(rows, trajectories, self.trajectory_advantages(trajectories, rewards))
+
     def training_rewards(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> np.ndarray:
         """Rewards the advantages are computed from (see `shape_rewards`)."""
         return shape_rewards(trajectories, rows, self.cfg.training_cfg, self.cfg.env_runners_cfg.max_tokens)
@@ -210,39 +214,60 @@ class Algorithm(tune.Trainable):
         return group_advantages(rewards, [t.group_id for t in trajectories],
                                 norm_std=self.cfg.training_cfg.norm_adv_by_std)
 
-    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory]) -> dict[str, float]:
-        """training.num_minibatches optimizer steps, each on the rows of a contiguous share of the trajectories.
+    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
+                           group: LearnerGroup | None = None) -> dict[str, float]:
+        """training.num_minibatches optimizer steps of `group` (the policy by default), each on the rows of a
+        contiguous share of the trajectories.
 
         Counts (tokens, rows, micro-batches, passes) are summed over the steps; every other metric is their mean;
         optimizer_steps says how many steps were taken."""
         train = self.cfg.training_cfg
-        owner = np.repeat(np.arange(len(trajectories)), [len(t.conversations) for t in trajectories])
+        group = group or self.learner_group
+        owner = np.array([row["trajectory"] for row in rows])
         steps = []
         for share in np.array_split(np.arange(len(trajectories)), min(train.num_minibatches, len(trajectories))):
             picked = np.flatnonzero(np.isin(owner, share))
-            steps.append(self.learner_group.train_step([rows[i] for i in picked], train.loss,
-                                                       max_tokens=self.cfg.env_runners_cfg.max_tokens))
+            steps.append(group.train_step([rows[i] for i in picked], train.loss,
+                                          max_tokens=self.cfg.env_runners_cfg.max_tokens))
         counts = ("tokens", "rows", "micro_batches", "forward_passes")
         merged = {k: float(np.sum([s[k] for s in steps]) if k in counts else np.mean([s[k] for s in steps]))
                   for k in steps[0]}
         return {**merged, "optimizer_steps": float(len(steps))}
 
     @staticmethod
-    def build_rows(trajectories: list[Trajectory]) -> list[dict[str, np.ndarray]]:
-        """Learner rows, one per conversation in trajectory order (advantages are added by the caller)."""
-        return [
-            {"prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "loss_mask": c.loss_mask,
-             "old_logprobs": c.logprobs}
-            for t in trajectories for c in t.conversations
-        ]
+    def build_rows(trajectories: list[Trajectory], stitched: bool = False) -> list[dict[str, np.ndarray]]:
+        """Learner rows in trajectory order, each with the index of its "trajectory" (advantages come later).
+
+        One row per conversation; or, stitched, one token-tree row per trajectory (memrl.learner.stitching) in
+        which tokens no conversation generated carry loss mask 0.
+        """
+        if not stitched:
+            return [
+                {"prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "loss_mask": c.loss_mask,
+                 "old_logprobs": c.logprobs, "trajectory": i}
+                for i, t in enumerate(trajectories) for c in t.conversations
+            ]
+        rows = []
+        for i, t in enumerate(trajectories):
+            tree = stitch([(c.prompt_ids, c.response_ids) for c in t.conversations])
+            rows.append({"prompt_ids": tree.prompt_ids, "response_ids": tree.response_ids, "parents": tree.parents,
+                         "loss_mask": tree.scatter([c.loss_mask for c in t.conversations], dtype=np.int8),
+                         "old_logprobs": tree.scatter([c.logprobs for c in t.conversations]), "trajectory": i})
+        return rows
 
     @staticmethod
     def assign_advantages(rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
                           advantages: np.ndarray) -> None:
-        """Give every response token of each conversation row its trajectory's advantage (rows from build_rows)."""
-        per_row = broadcast_to_conversations(advantages, [len(t.conversations) for t in trajectories])
-        for row, adv in zip(rows, per_row, strict=True):
-            row["advantages"] = np.full(len(row["response_ids"]), adv, dtype=np.float32)
+        """Give every response token of each row (from build_rows) its trajectory's advantage."""
+        advantages = np.asarray(advantages, dtype=np.float64)
+        if advantages.shape != (len(trajectories),):
+            raise ValueError(f"need one advantage per trajectory ({len(trajectories)}), got shape {advantages.shape}")
+        covered = {row["trajectory"] for row in rows}
+        if covered != set(range(len(trajectories))):
+            raise ValueError(f"rows cover trajectories {sorted(covered)}; every one of the {len(trajectories)} "
+                             "trajectories needs its rows")
+        for row in rows:
+            row["advantages"] = np.full(len(row["response_ids"]), advantages[row["trajectory"]], dtype=np.float32)
 
     def sync_weights(self) -> dict[str, float]:
         """Broadcast the learner's weights to every engine as the next version."""
@@ -330,21 +355,21 @@ class Algorithm(tune.Trainable):
 def shape_rewards(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], train: TrainingConfig,
                   max_tokens: int) -> np.ndarray:
     """Env rewards, shaped: DAPO's overlong penalty per conversation and, with kl_in_reward, minus kl_coef times
-    the KL summed over the trajectory's loss tokens. `rows` are the trajectories' conversations in order (with
-    ref_logprobs when the KL is in the reward)."""
+    the KL summed over the trajectory's loss tokens. `rows` come from build_rows (with ref_logprobs when the KL is
+    in the reward)."""
     rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
-    owner = np.repeat(np.arange(len(trajectories)), [len(t.conversations) for t in trajectories])
     if train.overlong_buffer_tokens:
-        lengths = [len(r["response_ids"]) for r in rows]
-        np.add.at(rewards, owner,
-                  overlong_penalty(lengths, max_tokens, train.overlong_buffer_tokens, train.overlong_penalty))
+        for i, t in enumerate(trajectories):
+            lengths = [len(c.response_ids) for c in t.conversations]
+            rewards[i] += overlong_penalty(lengths, max_tokens, train.overlong_buffer_tokens,
+                                           train.overlong_penalty).sum()
     if train.loss.kl_in_reward and train.loss.kl_coef > 0:
-        for i, row in zip(owner, rows):
+        for row in rows:
             lp, ref = torch.as_tensor(row["old_logprobs"]), torch.as_tensor(row["ref_logprobs"])
             mask = torch.as_tensor(row["loss_mask"], dtype=torch.float32)
             shaped = kl_penalty_in_reward(torch.zeros_like(lp), lp, ref, mask, train.loss.kl_coef,
                                           train.loss.kl_estimator)
-            rewards[i] += float(shaped.sum())
+            rewards[row["trajectory"]] += float(shaped.sum())
     return rewards
 
 

@@ -50,19 +50,6 @@ def group_advantages(
     return centred
 
 
-def broadcast_to_conversations(
-    traj_values: Sequence[float] | np.ndarray, num_convs: Sequence[int] | np.ndarray
-) -> np.ndarray:
-    """One value per conversation row: trajectory i's value repeated num_convs[i] times, in order."""
-    values = _as_1d("traj_values", traj_values)
-    counts = np.asarray(num_convs)
-    if counts.shape != values.shape:
-        raise ValueError(f"num_convs must have shape {values.shape} like traj_values, got {counts.shape}")
-    if counts.size and (not np.issubdtype(counts.dtype, np.integer) or counts.min() < 1):
-        raise ValueError(f"num_convs must be integers >= 1 (a trajectory has at least one conversation), got {counts}")
-    return np.repeat(values, counts)
-
-
 def dynamic_sampling_mask(
     rewards: Sequence[float] | np.ndarray, group_ids: Sequence[object] | np.ndarray
 ) -> np.ndarray:

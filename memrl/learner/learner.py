@@ -20,7 +20,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else
 import deepspeed  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from deepspeed.accelerator import get_accelerator  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoModelForTokenClassification  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification  # noqa: E402
 
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
@@ -176,8 +176,11 @@ class Learner:
         # partitions needs transformers' HfDeepSpeedConfig, which requires the accelerate package.)
         if self.config.head == "value":
             # The head is new (seeded by torch.manual_seed above); transformers reports it as missing, as intended.
+            # Its dropout (0.1 by default) is turned off: values must be a deterministic function of the context.
+            head_config = AutoConfig.from_pretrained(self.config.model_path, num_labels=1)
+            head_config.classifier_dropout = 0.0
             model = AutoModelForTokenClassification.from_pretrained(
-                self.config.model_path, num_labels=1, dtype=DTYPES[self.config.dtype],
+                self.config.model_path, config=head_config, dtype=DTYPES[self.config.dtype],
                 attn_implementation=self.config.attn_implementation,
             )
         else:

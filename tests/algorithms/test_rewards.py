@@ -41,3 +41,20 @@ def test_kl_in_reward_sums_over_loss_tokens():
     assert rewards[0] == pytest.approx(1.0 - 0.1 * 2 * np.log(2), abs=1e-6)
     train.loss.kl_in_reward = False  # KL in the loss instead: rewards untouched
     assert shape_rewards(trajs, rows, train, max_tokens=10)[0] == 1.0
+
+
+def test_stitched_rows_put_each_conversations_arrays_on_its_own_tokens():
+    # Both calls start with the task prompt [1, 2]; the second adds context [7] before its reply.
+    convs = [Conversation(prompt_ids=[1, 2], response_ids=[5, 6], logprobs=[-0.5, -0.6], loss_mask=[1, 0]),
+             Conversation(prompt_ids=[1, 2, 7], response_ids=[8], logprobs=[-0.8])]
+    trajs = [Trajectory(convs, reward=1.0, group_id="g"), _traj(0.0, [2], "g")]
+    rows = Algorithm.build_rows(trajs, stitched=True)
+    assert [r["trajectory"] for r in rows] == [0, 1]
+    row = rows[0]
+    assert row["prompt_ids"].tolist() == [1, 2] and row["response_ids"].tolist() == [5, 6, 7, 8]
+    assert row["parents"].tolist() == [-1, 0, 1, 2, 1, 4]
+    assert row["loss_mask"].tolist() == [1, 0, 0, 1]  # the context token 7 is never trained on
+    np.testing.assert_allclose(row["old_logprobs"], [-0.5, -0.6, 0.0, -0.8])
+    Algorithm.assign_advantages(rows, trajs, np.array([0.5, -0.5]))
+    np.testing.assert_allclose(rows[0]["advantages"], [0.5] * 4)
+    np.testing.assert_allclose(rows[1]["advantages"], [-0.5] * 2)

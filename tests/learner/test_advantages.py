@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from memrl.learner.advantages import (
-    broadcast_to_conversations,
     dynamic_sampling_mask,
     gae,
     group_advantages,
@@ -48,18 +47,6 @@ def test_group_advantages_integer_ids_and_errors():
         group_advantages([1.0, 2.0], [0, 0], eps=-1.0)
     with pytest.raises(ValueError, match="rewards must be one-dimensional"):
         group_advantages([[1.0, 2.0]], [0, 0])
-
-
-def test_broadcast_to_conversations_with_unequal_counts():
-    out = broadcast_to_conversations([0.5, -1.0, 2.0], [2, 1, 3])
-    np.testing.assert_array_equal(out, [0.5, 0.5, -1.0, 2.0, 2.0, 2.0])
-    assert out.dtype == np.float64
-    with pytest.raises(ValueError, match="num_convs must have shape"):
-        broadcast_to_conversations([0.5, 1.0], [1])
-    with pytest.raises(ValueError, match="num_convs must be integers >= 1"):
-        broadcast_to_conversations([0.5, 1.0], [1, 0])
-    with pytest.raises(ValueError, match="num_convs must be integers >= 1"):
-        broadcast_to_conversations([0.5], [1.5])
 
 
 def test_dynamic_sampling_mask():

@@ -1,0 +1,150 @@
+"""PPO with a critic and GAE (MEM1): token-level advantages from a learned value of every context.
+
+Each trajectory's trained tokens, in the order they were generated, form one sequence; its reward sits on the last
+of them and GAE runs back over it, jumping tokens the model did not generate (information blocks, templates). By
+default trajectories are stitched (memrl.learner.stitching), so the critic and the policy see each token in exactly
+its rollout context while a MEM1 trajectory costs one forward pass. The critic is a second DeepSpeed learner group:
+the policy checkpoint's backbone with a scalar head, trained on the GAE returns with value clipping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memrl.algorithms.algorithm import Algorithm
+from memrl.config import AlgorithmConfig, TrainingConfig
+from memrl.episode import Trajectory
+from memrl.learner.advantages import gae
+from memrl.learner.learner import LearnerConfig
+from memrl.learner.learner_group import LearnerGroup
+from memrl.learner.losses import LossConfig
+
+
+@dataclass
+class PPOTrainingConfig(TrainingConfig):
+    """TrainingConfig plus the critic and GAE settings."""
+
+    gamma: float = 1.0
+    """GAE discount per generated token; in [0, 1]."""
+    lam: float = 1.0
+    """GAE lambda; in [0, 1]. 1 with gamma 1 gives every token the reward minus its value."""
+    critic_lr: float = 1e-5
+    """AdamW learning rate of the critic (MEM1: 1e-5, ten times the actor's)."""
+    critic_model_path: str | None = None
+    """Checkpoint the critic's backbone starts from; None uses learners.model_path."""
+    critic_warmup_iterations: int = 0
+    """Iterations at the start that train the critic alone, so the first policy steps see useful values."""
+    whiten_advantages: bool = True
+    """Normalise advantages over the batch's trained tokens to mean 0 and std 1 (as verl's PPO does)."""
+
+
+class PPOConfig(AlgorithmConfig):
+    """PPO defaults: critic + GAE, stitched trajectories, symmetric clip 0.2, token mean, one task per group."""
+
+    def __init__(self):
+        super().__init__()
+        self.training_cfg = PPOTrainingConfig(group_size=1, tasks_per_iteration=16, stitch_trajectories=True,
+                                              loss=LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean"))
+
+    def validate(self) -> None:
+        super().validate()
+        train = self.training_cfg
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(train, name) <= 1:
+                raise ValueError(f"training.{name}={getattr(train, name)!r} is not allowed; it must be in [0, 1]")
+        if not train.critic_lr > 0:
+            raise ValueError(f"training.critic_lr={train.critic_lr!r} is not allowed; it must be > 0")
+        if not isinstance(train.critic_warmup_iterations, int) or train.critic_warmup_iterations < 0:
+            raise ValueError(f"training.critic_warmup_iterations={train.critic_warmup_iterations!r} is not allowed; "
+                             "it must be an integer >= 0")
+
+
+class PPO(Algorithm):
+    """Proximal policy optimisation with a learned critic and generalised advantage estimation."""
+
+    @classmethod
+    def get_default_config(cls) -> PPOConfig:
+        return PPOConfig()
+
+    def setup(self, config: dict[str, Any]) -> None:
+        super().setup(config)
+        learn, train = self.cfg.learners_cfg, self.cfg.training_cfg
+        self.critic_group = LearnerGroup(
+            LearnerConfig(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
+                          weight_decay=train.weight_decay, grad_clip=train.grad_clip, token_budget=learn.token_budget,
+                          seed=self.seed, dtype=learn.dtype, head="value"),
+            num_learners=learn.num_learners,
+            num_gpus_per_learner=learn.num_gpus_per_learner,
+        )
+
+    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> None:
+        """Per-token GAE advantages and returns from the critic's values; the reward sits on each trajectory's
+        last trained token."""
+        train = self.cfg.training_cfg
+        rewards = self.training_rewards(trajectories, rows)
+        for row, values in zip(rows, self.critic_group.compute_values(rows), strict=True):
+            row["old_values"] = values
+        token_advantages(rows, rewards, train.gamma, train.lam)
+        if train.whiten_advantages:
+            whiten([row["advantages"] for row in rows], [row["loss_mask"] for row in rows])
+
+    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
+                           group: LearnerGroup | None = None) -> dict[str, float]:
+        """A critic step on the returns, then (after the warm-up iterations) the policy's steps."""
+        critic = super()._train_minibatches(rows, trajectories, self.critic_group)
+        metrics = {f"critic_{k}": v for k, v in critic.items()}
+        if self.iteration >= self.cfg.training_cfg.critic_warmup_iterations:
+            metrics.update(super()._train_minibatches(rows, trajectories))
+        return metrics
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        super().save_checkpoint(checkpoint_dir)
+        self.critic_group.save_checkpoint(str(Path(checkpoint_dir) / "critic"))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        self.critic_group.load_checkpoint(str(Path(checkpoint_dir) / "critic"))
+        super().load_checkpoint(checkpoint_dir)
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        self.critic_group.shutdown()
+
+
+def token_advantages(rows: list[dict[str, np.ndarray]], rewards: np.ndarray, gamma: float, lam: float) -> None:
+    """In place: per-token "advantages" and "returns" of rows (from build_rows, with "old_values") by GAE.
+
+    A trajectory's rows, in order, are one sequence; its reward sits on its last trained token, and tokens with
+    loss mask 0 are jumped over (they get 0), so plain and stitched rows of a trajectory get the same values.
+    """
+    by_trajectory: dict[int, list[dict]] = {}
+    for row in rows:
+        by_trajectory.setdefault(row["trajectory"], []).append(row)
+    for i, own in by_trajectory.items():
+        mask = np.concatenate([r["loss_mask"] for r in own]).astype(np.float64)
+        token_rewards = np.zeros_like(mask)
+        trained = np.flatnonzero(mask)
+        if len(trained):
+            token_rewards[trained[-1]] = rewards[i]
+        advantages, returns = gae(token_rewards, np.concatenate([r["old_values"] for r in own]), mask, gamma, lam)
+        bounds = np.cumsum([0] + [len(r["response_ids"]) for r in own])
+        for r, start, end in zip(own, bounds[:-1], bounds[1:]):
+            r["advantages"] = advantages[start:end].astype(np.float32)
+            r["returns"] = returns[start:end].astype(np.float32)
+
+
+def whiten(advantages: list[np.ndarray], masks: list[np.ndarray], eps: float = 1e-8) -> None:
+    """In place: advantages on trained tokens (mask > 0) to mean 0 and std 1 over all rows; others stay 0."""
+    trained = np.concatenate([a[np.asarray(m) > 0] for a, m in zip(advantages, masks)])
+    if len(trained) < 2:
+        return
+    mean, std = trained.mean(), trained.std()
+    for a, m in zip(advantages, masks):
+        on = np.asarray(m) > 0
+        a[on] = (a[on] - mean) / (std + eps)
+
+
+PPOConfig.algo_class = PPO
