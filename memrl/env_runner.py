@@ -136,6 +136,13 @@ class EnvRunner:
             done = terminated or truncated or len(conversations) >= self.spec.max_calls
             if not done:
                 workflow.observe(obs, info)
+        probes = workflow.probes(info)
+        if probes:
+            if len(probes) != len(conversations):
+                raise RuntimeError(f"{type(workflow).__name__}.probes gave {len(probes)} entries for "
+                                   f"{len(conversations)} calls; it must give one per call")
+            for conversation, named in zip(conversations, probes):
+                conversation.probes = {name: np.asarray(ids, dtype=np.int32) for name, ids in named.items()}
         metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
         metrics.update(
             num_calls=float(len(conversations)),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped whenever a column is added, removed or changes meaning."""
 
 
@@ -30,6 +30,9 @@ class Conversation:
     """Per response token, 1 if the token is trained on, 0 for env/tool tokens (int8). None means all ones."""
     spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Named half-open ranges [start, end) over response tokens, e.g. {"mem": [(3, 17)]}."""
+    probes: dict[str, np.ndarray] = field(default_factory=dict)
+    """Named token sequences the workflow attached for the learner to score (int32), e.g. MemPO's memory probes:
+    the gold answer after a context holding only this call's memory."""
     reward: float = 0.0
     """Reward attached to this call alone (e.g. a per-action reward); 0 when only trajectories are scored."""
     finish_reason: str = "stop"
@@ -50,6 +53,7 @@ class Conversation:
                 f"Conversation: response_ids ({n}), logprobs ({len(self.logprobs)}) and "
                 f"loss_mask ({len(self.loss_mask)}) must have the same length"
             )
+        self.probes = {name: np.asarray(ids, dtype=np.int32) for name, ids in self.probes.items()}
         for name, ranges in self.spans.items():
             for start, end in ranges:
                 if not 0 <= start <= end <= n:
@@ -86,6 +90,7 @@ class Trajectory:
 
 
 _SPAN = pa.struct([("name", pa.string()), ("start", pa.int32()), ("end", pa.int32())])
+_PROBE = pa.struct([("name", pa.string()), ("ids", pa.list_(pa.int32()))])
 
 SCHEMA = pa.schema(
     [
@@ -98,6 +103,7 @@ SCHEMA = pa.schema(
         ("logprobs", pa.list_(pa.float32())),
         ("loss_mask", pa.list_(pa.int8())),
         ("spans", pa.list_(_SPAN)),
+        ("probes", pa.list_(_PROBE)),
         ("conv_reward", pa.float64()),
         ("finish_reason", pa.string()),
         ("weight_version", pa.int64()),
@@ -127,6 +133,7 @@ def to_arrow(trajectories: list[Trajectory]) -> pa.RecordBatch:
             cols["spans"].append(
                 [{"name": n, "start": s, "end": e} for n, ranges in conv.spans.items() for s, e in ranges]
             )
+            cols["probes"].append([{"name": n, "ids": ids} for n, ids in conv.probes.items()])
             cols["conv_reward"].append(conv.reward)
             cols["finish_reason"].append(conv.finish_reason)
             cols["weight_version"].append(conv.weight_version)
@@ -178,6 +185,7 @@ def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
                 logprobs=arrays["logprobs"][k],
                 loss_mask=arrays["loss_mask"][k],
                 spans=spans,
+                probes={probe["name"]: np.asarray(probe["ids"], dtype=np.int32) for probe in row["probes"]},
                 reward=row["conv_reward"],
                 finish_reason=row["finish_reason"],
                 weight_version=row["weight_version"],

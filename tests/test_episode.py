@@ -17,6 +17,7 @@ def _traj(traj_id: str, num_convs: int, seed: int) -> Trajectory:
                 logprobs=rng.normal(size=n).astype(np.float32) - 3,
                 loss_mask=rng.integers(0, 2, n),
                 spans={"mem": [(0, n // 2)], "answer": [(n // 2, n)]} if i % 2 else {},
+                probes={"memory": [7, 8, 9], "answer": [4]} if i % 2 else {},
                 reward=float(rng.normal()),
                 finish_reason="stop" if i % 3 else "length",
                 weight_version=i,
@@ -33,6 +34,8 @@ def _assert_same(a: Trajectory, b: Trajectory) -> None:
         for f in ("prompt_ids", "response_ids", "logprobs", "loss_mask"):
             assert getattr(x, f).dtype == getattr(y, f).dtype
             np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
+        assert x.probes.keys() == y.probes.keys()
+        assert all(np.array_equal(x.probes[k], y.probes[k]) and y.probes[k].dtype == np.int32 for k in x.probes)
         assert (x.spans, x.reward, x.finish_reason, x.weight_version) == (y.spans, y.reward, y.finish_reason,
                                                                           y.weight_version)
 

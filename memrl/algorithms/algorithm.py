@@ -125,8 +125,8 @@ class Algorithm(tune.Trainable):
                 ref, _ = self.learner_group.compute_logprobs(rows, reference=True)
                 for row, lp in zip(rows, ref):
                     row["ref_logprobs"] = lp
-            self.compute_advantages(kept, rows)
-            learner_metrics = self._train_minibatches(rows, kept)
+            advantage_metrics = self.compute_advantages(kept, rows)
+            learner_metrics = {**self._train_minibatches(rows, kept), **advantage_metrics}
             self.counters["trajectories_trained"] += len(kept)
             self.counters["conversations_trained"] += len(rows)
         t_learned = time.perf_counter()
@@ -199,11 +199,12 @@ class Algorithm(tune.Trainable):
             for k in range(train.group_size)
         ]
 
-    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> None:
-        """Give every row its per-token "advantages": here each trajectory's group-relative advantage on all of
-        its tokens (algorithms with token-level credit, such as PPO, override this)."""
+    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        """Give every row its per-token "advantages" and return figures for the result's "learners" section: here
+        each trajectory's group-relative advantage on all of its tokens (PPO and MemPO override this)."""
         rewards = self.training_rewards(trajectories, rows)
         self.assign_advantages(rows, trajectories, self.trajectory_advantages(trajectories, rewards))
+        return {}
 
     def training_rewards(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> np.ndarray:
         """Rewards the advantages are computed from (see `shape_rewards`)."""

@@ -81,7 +81,7 @@ class PPO(Algorithm):
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )
 
-    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> None:
+    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
         """Per-token GAE advantages and returns from the critic's values; the reward sits on each trajectory's
         last trained token."""
         train = self.cfg.training_cfg
@@ -89,8 +89,11 @@ class PPO(Algorithm):
         for row, values in zip(rows, self.critic_group.compute_values(rows), strict=True):
             row["old_values"] = values
         token_advantages(rows, rewards, train.gamma, train.lam)
+        trained = np.concatenate([row["advantages"][row["loss_mask"] > 0] for row in rows])
+        figures = {"advantage_abs_mean": float(np.abs(trained).mean()) if len(trained) else 0.0}
         if train.whiten_advantages:
             whiten([row["advantages"] for row in rows], [row["loss_mask"] for row in rows])
+        return figures
 
     def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:

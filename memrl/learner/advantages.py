@@ -129,3 +129,23 @@ def gae(
     if single:
         return advantages[0], returns[0]
     return advantages, returns
+
+
+def memory_rewards(
+    memory_logprobs: Sequence[np.ndarray], prefix_logprobs: Sequence[np.ndarray]
+) -> np.ndarray:
+    """MemPO's memory reward per memory: P(gold | memory) - P(gold | context it was written from).
+
+    Each P is the geometric mean of the gold answer tokens' probabilities, exp(mean(logprobs)), so answers of any
+    length score in [0, 1]; the reward is in [-1, 1] and positive when the memory alone makes the gold answer
+    likelier than the full context before it did.
+    """
+    if len(memory_logprobs) != len(prefix_logprobs):
+        raise ValueError(f"got {len(memory_logprobs)} memory and {len(prefix_logprobs)} prefix scores; need pairs")
+    for i, (m, p) in enumerate(zip(memory_logprobs, prefix_logprobs)):
+        if len(m) == 0 or len(m) != len(p):
+            raise ValueError(f"memory {i}: the same non-empty gold answer must be scored after both contexts, "
+                             f"got {len(m)} and {len(p)} tokens")
+    geometric = [float(np.exp(np.mean(np.asarray(lp, dtype=np.float64)))) for lp in memory_logprobs]
+    baseline = [float(np.exp(np.mean(np.asarray(lp, dtype=np.float64)))) for lp in prefix_logprobs]
+    return np.asarray(geometric) - np.asarray(baseline)

@@ -1,4 +1,4 @@
-"""Stitch a trajectory's conversations into one token tree: one learner row whose tokens see exactly their rollout context.
+"""Stitch a trajectory's conversations into one token tree: one learner row, each token in its exact rollout context.
 
 Each conversation k is a path of tokens (its prompt, then its response). A later conversation whose prompt starts
 with tokens an earlier path already holds at the same positions (the task prompt, or a whole earlier history)

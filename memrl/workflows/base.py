@@ -37,6 +37,11 @@ class Workflow(ABC):
     def observe(self, observation: str, info: dict) -> None:
         """Take in the env's observation after a step."""
 
+    def probes(self, info: dict) -> list[dict[str, list[int]]]:
+        """Token sequences for the learner to score, one dict per call made (or none at all), from the env's final
+        info; they travel with the conversations (Conversation.probes). Most workflows have none."""
+        return []
+
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Chat-templated token ids ending with the assistant generation prompt."""
         return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,

@@ -110,6 +110,9 @@ TOOL_RESPONSE = (
 )
 """How MemSearcher hands back a search result: inside <tool_response>, with the request for the updated memory."""
 
+MEMORY_PROBE = "Give the final answers now, from your summary alone."
+"""The observation that closes MemPO's memory probe: the context holds the questions and one memory, nothing else."""
+
 ACTION_TAGS = ("search", "answer")
 """The env's action tags."""
 
@@ -335,19 +338,51 @@ class MemPOWorkflow(_SearchWorkflow):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
         super().__init__(tokenizer, _positive_tokens("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True))
+        self._calls: list[tuple[list[int], str | None]] = []  # per call: its prompt, and the memory it wrote
+        self._prompt: list[int] = []
 
-    def prompt_ids(self) -> list[int]:
+    def reset(self, observation: str, info: dict) -> None:
+        super().reset(observation, info)
+        self._calls = []
+
+    def _context_ids(self, memory: str | None, observation: str | None) -> list[int]:
         messages = [{"role": "user", "content": MEMPO_TEMPLATE.format(questions=self.questions)}]
-        if self.observation is not None:
+        if observation is not None:
             messages += [
-                {"role": "assistant", "content": f"<mem>\n{self.memory}\n</mem>"},
-                {"role": "user", "content": self.observation},
+                {"role": "assistant", "content": f"<mem>\n{memory}\n</mem>"},
+                {"role": "user", "content": observation},
             ]
         return self.chat_ids(messages)
 
+    def prompt_ids(self) -> list[int]:
+        self._prompt = self._context_ids(self.memory, self.observation)
+        return self._prompt
+
     def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
         self.memory, span, rest = self._read_memory(response_ids, "mem")
+        self._calls.append((self._prompt, self.memory if span is not None else None))
         return _action(rest), ({"mem": [span]} if span is not None else {})
+
+    def probes(self, info: dict) -> list[dict[str, list[int]]]:
+        """MemPO's memory-reward probes, from the gold answers in the env's final info (none without them).
+
+        For each call that wrote a <mem> block: "memory" is a context holding only the questions and that memory
+        (the next call's prompt, with MEMORY_PROBE as its observation), "prefix" is the call's own prompt (what the
+        memory was written from), each followed by the opening `<answer>` line; "answer" is the gold answers in
+        the env's format. The learner scores "answer" after each context.
+        """
+        if "answers" not in info:
+            return []
+        lead = self.tokenizer.encode("<answer>\n", add_special_tokens=False)
+        gold = "; ".join(answers[0] if answers else "" for answers in info["answers"])
+        answer = self.tokenizer.encode(gold, add_special_tokens=False)
+        if not answer:
+            return []
+        return [
+            {} if memory is None else
+            {"memory": self._context_ids(memory, MEMORY_PROBE) + lead, "prefix": prompt + lead, "answer": answer}
+            for prompt, memory in self._calls
+        ]
 
     def expert_response(self, action: str) -> str:
         """MemPO's layout, one part per line: the cumulative memory, one line of reasoning, the action."""

@@ -276,3 +276,33 @@ def test_bad_configs_and_expert_actions(tokenizer):
         wf.reset("Who founded the company Skuzum?", {})
         with pytest.raises(ValueError, match="expected an env action"):
             wf.expert_response("Belen")
+
+
+def test_mempo_probes_score_the_gold_answers_after_each_memory_alone(tokenizer):
+    env = SearchEnv(num_objectives=2, max_turns=6)
+    obs, info = env.reset(seed=4)
+    wf = MemPOWorkflow(tokenizer, memory_tokens=128)
+    wf.reset(obs, info)
+    prompts, memories, done = [], [], False
+    while not done:
+        prompts.append(wf.prompt_ids())
+        action, _ = wf.on_response(reply(tokenizer, wf.expert_response(env.expert_action())))
+        memories.append(wf.memory)
+        obs, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        if not done:
+            wf.observe(obs, info)
+    probes = wf.probes(info)
+    assert len(probes) == len(prompts) >= 3
+    gold = "; ".join(answers[0] for answers in info["answers"])
+    for probe, prompt, memory in zip(probes, prompts, memories):
+        assert tokenizer.decode(probe["answer"]) == gold
+        assert probe["prefix"][: len(prompt)] == prompt
+        assert tokenizer.decode(probe["prefix"][len(prompt):]) == "<answer>\n"
+        text = tokenizer.decode(probe["memory"])
+        assert f"<mem>\n{memory}\n</mem>" in text and "(Title:" not in text and text.endswith("<answer>\n")
+    # A reply without a <mem> block gets no probe; without gold answers (no final info) there are none at all.
+    wf.reset(obs, info)
+    wf.prompt_ids()
+    wf.on_response(reply(tokenizer, "<search>x</search>"))
+    assert wf.probes(info) == [{}] and wf.probes({}) == []

@@ -1,0 +1,84 @@
+"""MemPO: GRPO plus a memory advantage on the tokens of each `<mem>` block.
+
+Every token gets its trajectory's group-normalised advantage A^T. Each memory the policy wrote is also scored by
+the learner's own model: R^M = P(gold answer | questions + this memory alone) - P(gold answer | the context the
+memory was written from), with P the geometric mean of the answer tokens' probabilities. The R^M of all memories
+in a group (every step of every trajectory of one task) are normalised by the group's mean and std into A^M,
+which is added on that memory's `<mem>` tokens only. The probes to score come from the workflow (mempo).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memrl.algorithms.algorithm import Algorithm
+from memrl.algorithms.grpo import GRPOConfig
+from memrl.episode import Trajectory
+from memrl.learner.advantages import group_advantages, memory_rewards
+from memrl.learner.stitching import stitch
+
+MEMORY_SPAN = "mem"
+"""The span (Conversation.spans) the memory advantage lands on."""
+
+
+class MemPOConfig(GRPOConfig):
+    """GRPO's defaults (std-normalised group advantages, clip 0.2); workflow "mempo" supplies the memory probes."""
+
+
+class MemPO(Algorithm):
+    """Self-memory policy optimisation: trajectory advantage everywhere, plus memory advantage on `<mem>` tokens."""
+
+    @classmethod
+    def get_default_config(cls) -> MemPOConfig:
+        return MemPOConfig()
+
+    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        super().compute_advantages(trajectories, rows)
+        return add_memory_advantages(trajectories, rows, self.cfg.training_cfg.stitch_trajectories,
+                                     lambda score_rows: self.learner_group.compute_logprobs(score_rows)[0])
+
+
+def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], stitched: bool,
+                          score) -> dict[str, float]:
+    """Add A^M to rows' "advantages" on each memory's span tokens; returns the batch's memory figures.
+
+    `score(rows)` gives per-row logprobs of each row's response (the gold answer) after its prompt (a probe
+    context). Rows come from Algorithm.build_rows(trajectories, stitched) with advantages already set.
+    """
+    memories = [(i, k) for i, t in enumerate(trajectories) for k, c in enumerate(t.conversations)
+                if MEMORY_SPAN in c.spans and {"memory", "prefix", "answer"} <= c.probes.keys()]
+    if not memories:
+        return {"memory_count": 0.0}
+    score_rows = []
+    for i, k in memories:
+        probes = trajectories[i].conversations[k].probes
+        score_rows += [{"prompt_ids": probes["memory"], "response_ids": probes["answer"]},
+                       {"prompt_ids": probes["prefix"], "response_ids": probes["answer"]}]
+    logprobs = score(score_rows)
+    rewards = memory_rewards(logprobs[0::2], logprobs[1::2])
+    advantages = group_advantages(rewards, [trajectories[i].group_id for i, _ in memories], norm_std=True)
+    where = conversation_positions(trajectories, stitched)
+    for (i, k), advantage in zip(memories, advantages):
+        row, positions = where[i][k]
+        for start, end in trajectories[i].conversations[k].spans[MEMORY_SPAN]:
+            rows[row]["advantages"][positions[start:end]] += np.float32(advantage)
+    return {"memory_count": float(len(memories)), "memory_reward_mean": float(rewards.mean()),
+            "memory_p_gold_mean": float(np.mean([np.exp(np.mean(lp)) for lp in logprobs[0::2]]))}
+
+
+def conversation_positions(trajectories: list[Trajectory], stitched: bool) -> list[list[tuple[int, np.ndarray]]]:
+    """Per trajectory, per conversation: (index of its row in build_rows order, where its response tokens sit in
+    that row's response)."""
+    out, row = [], 0
+    for t in trajectories:
+        if stitched:
+            tree = stitch([(c.prompt_ids, c.response_ids) for c in t.conversations])
+            out.append([(row, index) for index in tree.response_index])
+            row += 1
+        else:
+            out.append([(row + k, np.arange(len(c.response_ids))) for k, c in enumerate(t.conversations)])
+            row += len(t.conversations)
+    return out
+
+
+MemPOConfig.algo_class = MemPO

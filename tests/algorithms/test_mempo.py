@@ -1,0 +1,77 @@
+"""MemPO: the memory reward from the workflow's probes, and the memory advantage on exactly the <mem> tokens."""
+
+import numpy as np
+import pytest
+
+from memrl.algorithms.algorithm import Algorithm
+from memrl.algorithms.mempo import add_memory_advantages
+from memrl.episode import Conversation, Trajectory
+from memrl.learner.advantages import memory_rewards
+
+
+def test_memory_reward_is_the_gain_in_geometric_mean_probability():
+    # Gold answer of two tokens: p = (0.5, 0.8) after the memory, (0.1, 0.4) after the context before it.
+    reward = memory_rewards([np.log([0.5, 0.8])], [np.log([0.1, 0.4])])
+    assert reward[0] == pytest.approx(np.sqrt(0.4) - np.sqrt(0.04))
+    with pytest.raises(ValueError, match="same non-empty gold answer"):
+        memory_rewards([np.log([0.5])], [np.log([0.1, 0.2])])
+    with pytest.raises(ValueError, match="pairs"):
+        memory_rewards([np.log([0.5])], [])
+
+
+def _conversation(prompt, response, span=None, answer_prob=None):
+    """A call; with a span, it wrote a memory whose probes score the gold answer [90, 91] (probability given by
+    the fake scorer below through the memory probe's first token)."""
+    conv = Conversation(prompt_ids=prompt, response_ids=response, logprobs=np.zeros(len(response)))
+    if span is not None:
+        conv.spans = {"mem": [span]}
+        conv.probes = {"memory": [answer_prob, 1], "prefix": [0, 1], "answer": [90, 91]}
+    return conv
+
+
+def _fake_score(rows):
+    """Per-token logprob log(p) where p is a probe context's first token in percent (prefix contexts start with 0,
+    scored at p = 0.1)."""
+    return [np.full(len(r["response_ids"]), np.log(r["prompt_ids"][0] / 100 if r["prompt_ids"][0] else 0.1))
+            for r in rows]
+
+
+@pytest.mark.parametrize("stitched", [False, True])
+def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched):
+    # One group, two trajectories. Trajectory 0 writes a memory worth p = 0.9 (tokens 1..3 of its first reply)
+    # and one worth 0.3; trajectory 1 one worth 0.4 and a final call without a memory.
+    t0 = Trajectory([_conversation([1, 2], [10, 11, 12, 13, 14], span=(1, 4), answer_prob=90),
+                     _conversation([1, 2, 5], [20, 21, 22], span=(0, 2), answer_prob=30)], reward=1.0, group_id="g")
+    t1 = Trajectory([_conversation([1, 2], [30, 31, 32], span=(2, 3), answer_prob=40),
+                     _conversation([1, 2, 6], [40, 41])], reward=0.0, group_id="g")
+    trajectories = [t0, t1]
+    rows = Algorithm.build_rows(trajectories, stitched=stitched)
+    Algorithm.assign_advantages(rows, trajectories, np.array([0.7, -0.7]))
+    before = [row["advantages"].copy() for row in rows]
+    figures = add_memory_advantages(trajectories, rows, stitched, _fake_score)
+
+    rewards = np.array([0.9, 0.3, 0.4]) - 0.1
+    expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
+    assert figures["memory_count"] == 3 and figures["memory_reward_mean"] == pytest.approx(rewards.mean())
+    # Where each conversation's response sits in its row: plain rows are the conversations themselves; a stitched
+    # row holds a trajectory's replies after the context tokens each later call added (here 1 token each).
+    if stitched:
+        places = {(0, 0): (0, 0), (0, 1): (0, 6), (1, 0): (1, 0), (1, 1): (1, 4)}
+    else:
+        places = {(0, 0): (0, 0), (0, 1): (1, 0), (1, 0): (2, 0), (1, 1): (3, 0)}
+    spans = {(0, 0): (1, 4, expected[0]), (0, 1): (0, 2, expected[1]), (1, 0): (2, 3, expected[2])}
+    added = [np.zeros_like(b) for b in before]
+    for key, (start, end, advantage) in spans.items():
+        row, offset = places[key]
+        added[row][offset + start: offset + end] = advantage
+    for row, old, extra in zip(rows, before, added, strict=True):
+        np.testing.assert_allclose(row["advantages"], old + extra, rtol=1e-6, atol=1e-6)
+    assert sum(int(np.count_nonzero(a)) for a in added) == 3 + 2 + 1  # the <mem> tokens, nothing else
+
+
+def test_no_probes_leave_advantages_alone():
+    trajectories = [Trajectory([_conversation([1, 2], [3, 4])], reward=1.0, group_id="g")]
+    rows = Algorithm.build_rows(trajectories)
+    Algorithm.assign_advantages(rows, trajectories, np.array([0.5]))
+    assert add_memory_advantages(trajectories, rows, False, _fake_score) == {"memory_count": 0.0}
+    np.testing.assert_allclose(rows[0]["advantages"], [0.5, 0.5])
