@@ -223,7 +223,7 @@ class Learner:
         if reference and self.ref_engine is None:
             raise ValueError("reference logprobs need LearnerConfig.compute_ref=True")
         if self.config.head != "lm":
-            raise ValueError(f"compute_logprobs needs a policy (head='lm'); this learner has head={self.config.head!r}")
+            raise ValueError(f"compute_logprobs needs a policy (head='lm'); this one has head={self.config.head!r}")
         scores = self._score(self.ref_engine if reference else self.engine, rows, MicroBatch.logprobs_and_entropy)
         return [lp for lp, _ in scores], [ent for _, ent in scores]
 
@@ -231,7 +231,7 @@ class Learner:
         """Per-row critic value before each response token (read where that token's logits would be); every rank
         must call this at the same time."""
         if self.config.head != "value":
-            raise ValueError(f"compute_values needs a critic (head='value'); this learner has head={self.config.head!r}")
+            raise ValueError(f"compute_values needs a critic (head='value'); this one has head={self.config.head!r}")
         return [values for (values,) in self._score(self.engine, rows, lambda mb, out: (mb.values(out),))]
 
     def _score(self, engine, rows: Sequence[Row], read) -> list[tuple[np.ndarray, ...]]:
