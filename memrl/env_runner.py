@@ -149,6 +149,9 @@ class EnvRunner:
             peak_context_tokens=float(max(c.num_tokens for c in conversations)),
             total_tokens=float(sum(c.num_tokens for c in conversations)),
             response_tokens=float(sum(len(c.response_ids) for c in conversations)),
+            # MEM1's dependency: each generated token depends on the prompt and the tokens generated before it.
+            dependency=float(sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
+                                 for c in conversations)),
             truncated=float(not (terminated or truncated)),
         )
         return Trajectory(conversations, reward=total_reward, group_id=task.group_id, traj_id=task.traj_id,

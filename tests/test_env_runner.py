@@ -97,4 +97,6 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
         assert t.reward == t.metrics["em"]
         # constant context: no call sees more than the template, the question, a chunk and a capped memory
         assert t.metrics["peak_context_tokens"] < 400
+        assert t.metrics["dependency"] == sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
+                                              for c in t.conversations)
     ray.kill(runner)

@@ -28,3 +28,11 @@ def test_reward_interval_picks_wilson_for_success_rates():
     assert mean_interval(rewards)[1] < 0
     assert reward_interval(rewards) == pytest.approx((0.015, *wilson_interval(3, 200)))
     assert reward_interval([0.2, 0.5, 0.9]) == pytest.approx(mean_interval([0.2, 0.5, 0.9]))
+
+
+def test_wilson_bounds_contain_the_proportion_exactly_at_0_and_1():
+    for n in (1, 3, 7, 100, 1000):
+        low, high = wilson_interval(0, n)
+        assert low == 0.0 < high
+        low, high = wilson_interval(n, n)
+        assert low < high == 1.0

@@ -166,11 +166,24 @@ def _reasoning(action: str) -> str:
 
 
 class _SearchWorkflow(Workflow):
-    """Shared state (the questions, the latest observation) and reply handling of the search workflows."""
+    """Shared state (the questions, the latest observation) and reply handling of the search workflows.
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
+    Every search workflow takes `template`: its task prompt, with a {questions} field (literal braces doubled).
+    None keeps the paper's; a short one suits a tiny model trained on CPU, whose tokenizer splits long
+    instructions into many tokens.
+    """
+
+    default_template = ""
+    """The paper's task prompt, with a {questions} field (each workflow's own)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
+                 template: str | None = None):
         super().__init__(tokenizer)
         self.memory_tokens = memory_tokens
+        self.template = self.default_template if template is None else template
+        if "{questions}" not in self.template:
+            raise ValueError(f"{type(self).__name__}: template must contain the field {{questions}}; got "
+                             f"{self.template[:80]!r}")
         self.questions = ""
         self.observation: str | None = None
         self.memory = ""
@@ -182,6 +195,10 @@ class _SearchWorkflow(Workflow):
 
     def observe(self, observation: str, info: dict) -> None:
         self.observation = observation
+
+    def task_prompt(self) -> str:
+        """The first user message: the template with the env's questions."""
+        return self.template.format(questions=self.questions)
 
     def _prefix_tokens(self, ids: list[int], chars: int) -> int:
         """Fewest leading tokens whose decoded text has at least `chars` characters (binary search over prefixes)."""
@@ -235,12 +252,16 @@ class MEM1Workflow(_SearchWorkflow):
     action. The state is the <think> content, cut to `memory_tokens` tokens if set (the paper sets no cap).
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
-        super().__init__(tokenizer, _positive_tokens("MEM1Workflow", "memory_tokens", memory_tokens, optional=True))
+    default_template = MEM1_TEMPLATE
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
+                 template: str | None = None):
+        super().__init__(tokenizer, _positive_tokens("MEM1Workflow", "memory_tokens", memory_tokens, optional=True),
+                         template)
         self.last_action_text = ""
 
     def prompt_ids(self) -> list[int]:
-        messages = [{"role": "user", "content": MEM1_TEMPLATE.format(questions=self.questions)}]
+        messages = [{"role": "user", "content": self.task_prompt()}]
         if self.observation is not None:
             messages += [
                 {"role": "assistant", "content": f"<think>{self.memory}</think>{self.last_action_text}"},
@@ -274,15 +295,20 @@ class MemSearcherWorkflow(_SearchWorkflow):
     rejects. The env's own observation (an `<information>` block or an invalid-action message) goes back as is.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int = 1024):
-        super().__init__(tokenizer, _positive_tokens("MemSearcherWorkflow", "memory_tokens", memory_tokens))
-        self.system_prompt = MEMSEARCHER_SYSTEM.format(tool=json.dumps(SEARCH_TOOL), memory_tokens=memory_tokens)
+    default_template = "{questions}"
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int = 1024, template: str | None = None,
+                 system_prompt: str | None = None):
+        super().__init__(tokenizer, _positive_tokens("MemSearcherWorkflow", "memory_tokens", memory_tokens), template)
+        # Fields {tool} and {memory_tokens} are filled in where the text has them.
+        self.system_prompt = (MEMSEARCHER_SYSTEM if system_prompt is None else system_prompt).format(
+            tool=json.dumps(SEARCH_TOOL), memory_tokens=memory_tokens)
         self.last_reply = ""
 
     def prompt_ids(self) -> list[int]:
         messages = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": MEMSEARCHER_USER.format(question=self.questions, memory=self.memory)},
+            {"role": "user", "content": MEMSEARCHER_USER.format(question=self.task_prompt(), memory=self.memory)},
         ]
         if self.observation is not None:
             messages += [
@@ -336,8 +362,12 @@ class MemPOWorkflow(_SearchWorkflow):
     tokens are returned as span "mem", where MemPO's memory advantage lands.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None):
-        super().__init__(tokenizer, _positive_tokens("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True))
+    default_template = MEMPO_TEMPLATE
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
+                 template: str | None = None):
+        super().__init__(tokenizer, _positive_tokens("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True),
+                         template)
         self._calls: list[tuple[list[int], str | None]] = []  # per call: its prompt, and the memory it wrote
         self._prompt: list[int] = []
 
@@ -346,7 +376,7 @@ class MemPOWorkflow(_SearchWorkflow):
         self._calls = []
 
     def _context_ids(self, memory: str | None, observation: str | None) -> list[int]:
-        messages = [{"role": "user", "content": MEMPO_TEMPLATE.format(questions=self.questions)}]
+        messages = [{"role": "user", "content": self.task_prompt()}]
         if observation is not None:
             messages += [
                 {"role": "assistant", "content": f"<mem>\n{memory}\n</mem>"},
@@ -396,8 +426,10 @@ class ReActWorkflow(_SearchWorkflow):
     an assistant message, verbatim) and every observation after it (as a user message), so the context grows
     linearly with the turns. The reply's <search> or <answer> block is the env action."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase):
-        super().__init__(tokenizer)
+    default_template = REACT_TEMPLATE
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, template: str | None = None):
+        super().__init__(tokenizer, template=template)
         self.turns: list[tuple[str, str]] = []
         self.last_reply = ""
 
@@ -410,7 +442,7 @@ class ReActWorkflow(_SearchWorkflow):
         self.turns.append((self.last_reply, observation))
 
     def _history_ids(self, turns: list[tuple[str, str]]) -> list[int]:
-        messages = [{"role": "user", "content": REACT_TEMPLATE.format(questions=self.questions)}]
+        messages = [{"role": "user", "content": self.task_prompt()}]
         for reply, observation in turns:
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         return self.chat_ids(messages)
@@ -432,8 +464,9 @@ class TruncatedReActWorkflow(ReActWorkflow):
     (reply and observation) that fit in `max_context_tokens`, older turns dropped first. The task prompt is always
     kept; a window too small to hold it alone is an error."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 4096):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 4096,
+                 template: str | None = None):
+        super().__init__(tokenizer, template)
         self.max_context_tokens = _positive_tokens("TruncatedReActWorkflow", "max_context_tokens", max_context_tokens)
 
     def prompt_ids(self) -> list[int]:

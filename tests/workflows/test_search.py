@@ -306,3 +306,15 @@ def test_mempo_probes_score_the_gold_answers_after_each_memory_alone(tokenizer):
     wf.prompt_ids()
     wf.on_response(reply(tokenizer, "<search>x</search>"))
     assert wf.probes(info) == [{}] and wf.probes({}) == []
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_custom_template_replaces_the_papers_prompt(tokenizer, name):
+    env = SearchEnv(num_objectives=2)
+    obs, info = env.reset(seed=0)
+    wf = workflow_class(name)(tokenizer, **CONFIGS[name], template="Q: {questions}")
+    wf.reset(obs, info)
+    text = tokenizer.decode(wf.prompt_ids())
+    assert f"Q: {obs}" in text and "step by step" not in text and "Search for one question" not in text
+    with pytest.raises(ValueError, match=r"\{questions\}"):
+        workflow_class(name)(tokenizer, **CONFIGS[name], template="no field")

@@ -1,0 +1,75 @@
+"""The search-agent examples: the CPU task, the MemPO presets, the warm-start build's short form and the Table-1
+evaluation, run for real on small sizes."""
+
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from envs.search import SearchEnv
+from memrl.sft import SUMMARY_FILE
+from memrl.workflows import workflow_class
+from tuned_examples import search_eval, search_sft
+from tuned_examples.mempo_grpo import PAPER, paper_config
+from tuned_examples.search_agents import MAX_TOKENS, env_config, workflow_config
+
+WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")
+
+
+def test_mempo_paper_preset_sized_for_gpus():
+    cfg = paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=8, qa_path="/data/q.jsonl",
+                       retriever="http://127.0.0.1:8000/retrieve")
+    cfg.validate()
+    assert cfg.training_cfg.group_size == 16 and cfg.training_cfg.lr == PAPER["lr"] == 1e-6
+    assert cfg.environment_cfg.env_config == {"num_objectives": 2, "max_turns": 16, "reward": "answer_format",
+                                              "data": "file", "qa_path": "/data/q.jsonl",
+                                              "retriever": "http://127.0.0.1:8000/retrieve"}
+    assert cfg.env_runners_cfg.workflow == "mempo" and cfg.env_runners_cfg.workflow_config == {}  # paper's prompt
+    assert cfg.learners_cfg.num_learners == 4 and cfg.env_runners_cfg.num_engines == 4
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_cpu_task_experts_earn_full_reward_within_the_token_limits(tiny_checkpoint, workflow):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    for seed in range(5):
+        env = SearchEnv(**env_config())
+        obs, info = env.reset(seed=seed)
+        wf = workflow_class(workflow)(tokenizer, **workflow_config(workflow))
+        wf.reset(obs, info)
+        done = False
+        while not done:
+            assert len(wf.prompt_ids()) < 600
+            reply = tokenizer.encode(wf.expert_response(env.expert_action()), add_special_tokens=False)
+            assert len(reply) < MAX_TOKENS  # the stop token still fits
+            action, _ = wf.on_response(reply + [tokenizer.eos_token_id])
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            if not done:
+                wf.observe(obs, info)
+        assert reward == 2.0  # em_sum over the two questions
+
+
+def test_cpu_task_names_bad_workflows():
+    with pytest.raises(ValueError, match="workflow='memagent' is not allowed"):
+        workflow_config("memagent")
+
+
+@pytest.mark.slow
+def test_warm_start_build_short_form(ray_session, tmp_path):
+    summary = search_sft.build("mempo", tmp_path / "mempo", steps=2, num_train_tasks=4, num_eval_tasks=4)
+    assert summary["final"]["step"] == 2
+    assert json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())["config"]["workflow"] == "mempo"
+
+
+@pytest.mark.slow
+def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
+    policies = [("MEM1", tiny_checkpoint, "mem1"), ("ReAct", tiny_checkpoint, "react")]
+    result = search_eval.run(policies, [1, 2], num_tasks=3, engine="torch", out=tmp_path)
+    rows = result["rows"]
+    assert [(r["policy"], r["objectives"]) for r in rows] == [("MEM1", 1), ("MEM1", 2), ("ReAct", 1), ("ReAct", 2)]
+    for r in rows:
+        assert r["num_tasks"] == 3 and 0 <= r["em_ci_low"] <= r["em"] <= r["em_ci_high"] <= 1
+        assert r["peak_tokens"] <= r["peak_tokens_max"] and r["dependency"] > 0 and r["seconds_per_task"] > 0
+    assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
+    assert (tmp_path / "search_table.md").read_text().count("\n") == 2 + len(rows)
+    assert (tmp_path / "search_table.png").stat().st_size > 10_000

@@ -1,0 +1,62 @@
+"""The CPU task shared by the search-agent examples (MEM1, MemSearcher, MemPO and the ReAct baselines).
+
+Two questions per task over the synthetic encyclopedia (MEM1 trains on 2 objectives), the top 2 passages per
+search, a 64-token memory, and short prompts: the embedded tiny model's tokenizer splits the papers' long
+instructions into hundreds of tokens, which would dominate every call on a CPU. Users with a real model keep
+the papers' prompts (the workflows' defaults) by passing no template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NUM_OBJECTIVES = 2
+"""Questions per training task."""
+TOP_K = 2
+"""Passages per search."""
+MEMORY_TOKENS = 64
+"""Cap of the memory (MEM1's state, MemSearcher's <memory>, MemPO's <mem>): room for the facts of two questions."""
+MAX_TOKENS = 160
+"""Most new tokens per call: a full memory, a line of reasoning and an action (MemSearcher's JSON tool call is the
+longest)."""
+
+TEMPLATES = {
+    "mem1": "{questions}\nReply <think>summary</think> then <search>query</search> or <answer>a1; a2</answer>.",
+    "mempo": "{questions}\nReply <mem>summary</mem><think>reason</think> then <search>query</search> or "
+             "<answer>a1; a2</answer>.",
+    "memsearcher": "{questions}",
+    "react": "{questions}\nReply <think>reason</think> then <search>query</search> or <answer>a1; a2</answer>.",
+}
+"""Short task prompts of the CPU task, per workflow (react_truncated uses react's)."""
+MEMSEARCHER_SYSTEM = ("Call wikipedia_search in <tool_call></tool_call>, keep a <memory></memory> of the facts "
+                      "found, and write the answers in \\boxed{{}}.")
+"""MemSearcher's short system prompt on the CPU task."""
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+"""Where the shipped warm-starts live: <workflow>_search_sft."""
+
+
+def env_config(num_objectives: int = NUM_OBJECTIVES) -> dict:
+    """The search env of the CPU task with `num_objectives` questions and a turn budget that fits them
+    (two hops per question, then the answer, plus two spare turns)."""
+    return {"num_objectives": num_objectives, "top_k": TOP_K, "max_turns": 2 * num_objectives + 2}
+
+
+def workflow_config(workflow: str) -> dict:
+    """Options of `workflow` on the CPU task."""
+    if workflow == "memsearcher":
+        return {"memory_tokens": MEMORY_TOKENS, "template": TEMPLATES["memsearcher"],
+                "system_prompt": MEMSEARCHER_SYSTEM}
+    if workflow in ("mem1", "mempo"):
+        return {"memory_tokens": MEMORY_TOKENS, "template": TEMPLATES[workflow]}
+    if workflow == "react":
+        return {"template": TEMPLATES["react"]}
+    if workflow == "react_truncated":
+        return {"template": TEMPLATES["react"], "max_context_tokens": 1024}
+    raise ValueError(f"workflow={workflow!r} is not allowed; choose one of mem1, memsearcher, mempo, react, "
+                     "react_truncated")
+
+
+def warm_start(workflow: str) -> Path:
+    """The shipped warm-start checkpoint of `workflow` on the CPU task."""
+    return CHECKPOINTS / f"{workflow}_search_sft"

@@ -1,0 +1,155 @@
+"""MEM1's Table 1 for the search agents: accuracy and cost against the number of questions per task.
+
+    python tuned_examples/search_eval.py                       # every policy that exists, 1-16 objectives
+    python tuned_examples/search_eval.py --policy MemPO=runs/mempo_grpo/model:mempo --objectives 1 2 4
+
+Per policy and number of objectives N (tasks of N questions on the CPU task of tuned_examples/search_agents.py,
+with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95% interval over tasks), peak tokens
+per call (mean over tasks of each task's largest call, and the largest of all), dependency (MEM1's measure of
+the tokens each generated token depends on, summed over a task) and seconds per task (greedy, batched, one
+engine). Writes search_table.json, search_table.md and search_table.png to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from memrl.evaluation import evaluate_checkpoint
+from memrl.stats import reward_interval
+from tuned_examples.common import RUNS, init_ray
+from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
+
+OBJECTIVES = (1, 2, 4, 8, 16)
+"""Questions per task, as in MEM1's Table 1."""
+EXAMPLES = {"MEM1": ("mem1_ppo", "mem1"), "MemSearcher": ("memsearcher_grpo", "memsearcher"),
+            "MemPO": ("mempo_grpo", "mempo")}
+"""Trained policies: name -> (tuned example whose runs/<example>/model is the policy, workflow)."""
+
+
+def default_policies() -> list[tuple[str, Path, str]]:
+    """(name, checkpoint, workflow) of every trained policy and warm-start that exists, and the ReAct baselines."""
+    found = []
+    for name, (example, workflow) in EXAMPLES.items():
+        for label, path in ((f"RL-{name}", RUNS / example / "model"), (f"{name} warm-start", warm_start(workflow))):
+            if (path / "config.json").is_file():
+                found.append((label, path, workflow))
+    react = warm_start("react")
+    if (react / "config.json").is_file():
+        found += [("ReAct", react, "react"), ("ReAct (truncated)", react, "react_truncated")]
+    return found
+
+
+def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tasks: int, engine: str,
+            seed: int = 0) -> list[dict]:
+    """One row per number of objectives for one policy."""
+    engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
+    rows = []
+    for n in objectives:
+        start = time.perf_counter()
+        ((summary, trajectories),) = evaluate_checkpoint(
+            str(path), "memrl/Search-v0", [env_config(n)], workflow, workflow_config(workflow), num_tasks,
+            max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed)
+        seconds = time.perf_counter() - start
+        em = [t.metrics.get("em", 0.0) for t in trajectories]
+        mean, low, high = reward_interval(em)
+        rows.append({"policy": name, "workflow": workflow, "objectives": n, "num_tasks": len(trajectories),
+                     "em": mean, "em_ci_low": low, "em_ci_high": high, "f1": summary.get("f1_mean", 0.0),
+                     "peak_tokens": summary["peak_context_tokens_mean"],
+                     "peak_tokens_max": summary["peak_context_tokens_max"],
+                     "dependency": summary["dependency_mean"], "calls": summary["num_calls_mean"],
+                     "seconds_per_task": seconds / max(len(trajectories), 1)})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table, one line per (policy, N)."""
+    lines = ["| policy | N | EM [95% CI] | F1 | peak tokens/call (max) | dependency | calls | s/task |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['policy']} | {r['objectives']} | {r['em']:.3f} [{r['em_ci_low']:.3f}, "
+                     f"{r['em_ci_high']:.3f}] | {r['f1']:.3f} | {r['peak_tokens']:.0f} ({r['peak_tokens_max']:.0f}) | "
+                     f"{r['dependency']:.3g} | {r['calls']:.1f} | {r['seconds_per_task']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def peak_ratio(rows: list[dict], baseline: str = "ReAct") -> dict[str, float]:
+    """Peak tokens per call of `baseline` over each other policy's, at the largest N both were measured at."""
+    out = {}
+    base = {r["objectives"]: r["peak_tokens"] for r in rows if r["policy"] == baseline}
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        own = {r["objectives"]: r["peak_tokens"] for r in rows if r["policy"] == name}
+        shared = sorted(set(base) & set(own))
+        if name != baseline and shared:
+            out[f"{name} @ {shared[-1]}"] = base[shared[-1]] / own[shared[-1]]
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """EM and peak tokens per call against N, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (acc, tokens) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        own = [r for r in rows if r["policy"] == name]
+        n = [r["objectives"] for r in own]
+        acc.errorbar(n, [r["em"] for r in own], yerr=[[r["em"] - r["em_ci_low"] for r in own],
+                                                     [r["em_ci_high"] - r["em"] for r in own]],
+                     marker="o", capsize=3, label=name)
+        tokens.plot(n, [r["peak_tokens"] for r in own], marker="o", label=name)
+    for ax, label in ((acc, "exact match (95% CI)"), (tokens, "peak tokens per call")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("questions per task (N)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    tokens.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks: int, engine: str,
+        out: Path) -> dict:
+    """Measure every policy at every N; write the JSON, the Markdown table and the plot; returns the JSON."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [row for name, path, workflow in policies
+            for row in measure(name, path, workflow, objectives, num_tasks, engine)]
+    result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "num_tasks": num_tasks, "engine": engine}
+    (out / "search_table.json").write_text(json.dumps(result, indent=1))
+    (out / "search_table.md").write_text(markdown(rows))
+    plot(rows, out / "search_table.png")
+    return result
+
+
+def _policy(text: str) -> tuple[str, Path, str]:
+    name, rest = text.split("=", 1)
+    path, workflow = rest.rsplit(":", 1)
+    return name, Path(path), workflow
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", type=_policy, action="append",
+                   help="NAME=CHECKPOINT:WORKFLOW (repeatable; default: every trained policy and warm-start found)")
+    p.add_argument("--objectives", type=int, nargs="+", default=list(OBJECTIVES))
+    p.add_argument("--num-tasks", type=int, default=100, help="held-out tasks per policy and N")
+    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm")
+    p.add_argument("--out", type=Path, default=RUNS / "search_eval")
+    args = p.parse_args()
+    policies = args.policy or default_policies()
+    if not policies:
+        p.error("no policy found: train one (tuned_examples/*_grpo.py, mem1_ppo.py) or pass --policy")
+    init_ray(0)
+    result = run(policies, args.objectives, args.num_tasks, args.engine, args.out)
+    print(markdown(result["rows"]))
+    print("ReAct peak tokens per call over each policy's:", json.dumps(result["react_peak_ratio"]))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
