@@ -6,9 +6,11 @@ GPUs, the paper's preset: python tuned_examples/mempo_grpo.py --model /ckpt/Qwen
                               --qa /data/hotpotqa_nq_2obj.jsonl --retriever http://127.0.0.1:8000/retrieve
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
-the CPU task of tuned_examples/search_agents.py (two questions per task over the synthetic encyclopedia, reward
-1 when the format is right and every answer matches), trains with MemPO on a vLLM engine and two DeepSpeed ZeRO-3
-learners, and evaluates on 500 held-out tasks before and after. The policy is written to <out>/model.
+the CPU task of tuned_examples/search_agents.py (two questions per task over the synthetic encyclopedia), trains
+with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 500 held-out tasks before and
+after. The CPU reward is MEM1's summed exact match (0-2 per task): the tiny warm-start answers both questions
+too rarely for MemPO's all-or-nothing answer-and-format reward, which the GPU preset keeps, to give a group
+anything to compare. The policy is written to <out>/model.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ def config(model: str | Path | None = None) -> MemPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration, one vLLM engine, two ZeRO-3 learners."""
     model = str(model or warm_start("mempo"))
     return (MemPOConfig()
-            .environment("memrl/Search-v0", env_config={**env_config(), "reward": "answer_format"})
+            .environment("memrl/Search-v0", env_config=env_config())
             .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="mempo",
                          workflow_config=workflow_config("mempo"), engine="vllm", max_tokens=MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
+            .training(lr=5e-5, tasks_per_iteration=8, group_size=8)
             .evaluation(evaluation_num_tasks=500)
             .debugging(seed=0, wandb_project="memrl-mempo"))
 

@@ -1,12 +1,20 @@
 """MemPO: the memory reward from the workflow's probes, and the memory advantage on exactly the <mem> tokens."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from envs.search import SearchEnv
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.mempo import add_memory_advantages
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import memory_rewards
+from memrl.learner.batching import pad_rows
+from memrl.workflows.search import PASSAGE, MemPOWorkflow
+from tuned_examples.search_agents import env_config, workflow_config
 
 
 def test_memory_reward_is_the_gain_in_geometric_mean_probability():
@@ -75,3 +83,66 @@ def test_no_probes_leave_advantages_alone():
     Algorithm.assign_advantages(rows, trajectories, np.array([0.5]))
     assert add_memory_advantages(trajectories, rows, False, _fake_score) == {"memory_count": 0.0}
     np.testing.assert_allclose(rows[0]["advantages"], [0.5, 0.5])
+
+
+WARM_START = Path(__file__).resolve().parents[2] / "tuned_examples" / "checkpoints" / "mempo_search_sft"
+
+
+def _score_with(model):
+    def score(rows):
+        batch = pad_rows(rows)
+        with torch.no_grad():
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           position_ids=batch.position_ids).logits
+        return batch.split(batch.logprobs_and_entropy(logits)[0])
+    return score
+
+
+def test_memory_holding_the_answer_earns_the_higher_reward():
+    """Hand-built memories for real questions, scored by the shipped MemPO warm-start through the workflow's probes:
+    a memory with the gold facts must beat one without them, every time."""
+    tokenizer = AutoTokenizer.from_pretrained(WARM_START)
+    score = _score_with(AutoModelForCausalLM.from_pretrained(WARM_START, dtype=torch.float32).eval())
+    for seed in range(8):
+        env = SearchEnv(**env_config())
+        obs, info = env.reset(seed=seed)
+        facts = []  # the passage each of the expert's searches finds first: every gold fact
+        while not (action := env.expert_action()).startswith("<answer>"):
+            facts.append(PASSAGE.search(env.step(action)[0]).group(1))
+        rewards = {}
+        for name, memory in (("with", "\n".join(facts)), ("without", "Nothing found yet.")):
+            wf = MemPOWorkflow(tokenizer, **workflow_config("mempo"))
+            wf.reset(obs, info)
+            wf.prompt_ids()
+            wf.on_response(tokenizer.encode(f"<mem>\n{memory}\n</mem>\n<think>\nx\n</think>\n<search>\ny\n</search>",
+                                            add_special_tokens=False))
+            (probe,) = wf.probes({"answers": [list(q.answers) for q in env.questions]})
+            memory_lp, prefix_lp = score([{"prompt_ids": probe["memory"], "response_ids": probe["answer"]},
+                                          {"prompt_ids": probe["prefix"], "response_ids": probe["answer"]}])
+            rewards[name] = memory_rewards([memory_lp], [prefix_lp])[0]
+        assert rewards["with"] > rewards["without"], (seed, rewards)
+
+
+@pytest.mark.slow
+def test_mempo_iteration_from_the_warm_start(ray_session):
+    """A real MemPO iteration: the warm-start writes <mem> blocks, the runners attach probes, the learners score them
+    and train on stitched rows."""
+    from memrl.algorithms import MemPOConfig
+    from tuned_examples.search_agents import MAX_TOKENS
+
+    algo = (MemPOConfig()
+            .environment("memrl/Search-v0", env_config={**env_config(), "reward": "answer_format"})
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=4, workflow="mempo",
+                         workflow_config=workflow_config("mempo"), engine="torch", max_tokens=MAX_TOKENS)
+            .learners(model_path=str(WARM_START), num_learners=2, token_budget=8192)
+            .training(lr=1e-5, tasks_per_iteration=2, group_size=4, stitch_trajectories=True)
+            .debugging(seed=1)
+            .build())
+    result = algo.train()
+    algo.stop()
+    learners = result["learners"]
+    assert learners["rows"] == 8  # one stitched row per trajectory
+    # Nearly every call of the warm-start opens with a <mem> block, and each becomes a scored memory.
+    assert learners["memory_count"] >= 0.8 * result["env_runners"]["calls"]
+    assert -1 <= learners["memory_reward_mean"] <= 1 and 0 < learners["memory_p_gold_mean"] <= 1
+    assert learners["tokens"] == result["env_runners"]["new_tokens"]

@@ -9,7 +9,8 @@ from transformers import AutoTokenizer
 from envs.search import SearchEnv
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
-from tuned_examples import search_eval, search_sft
+from tuned_examples import mempo_grpo, search_eval, search_sft
+from tuned_examples.common import train
 from tuned_examples.mempo_grpo import PAPER, paper_config
 from tuned_examples.search_agents import MAX_TOKENS, env_config, workflow_config
 
@@ -73,3 +74,17 @@ def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
     assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
     assert (tmp_path / "search_table.md").read_text().count("\n") == 2 + len(rows)
     assert (tmp_path / "search_table.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_short_mempo_run_of_the_cpu_default(ray_session, tmp_path):
+    cfg = (mempo_grpo.config()
+           .env_runners(num_envs_per_env_runner=8)
+           .training(tasks_per_iteration=2, group_size=4)
+           .evaluation(evaluation_num_tasks=16))
+    summary = train(cfg, iterations=2, out=tmp_path)
+    assert len(summary["reward_per_iteration"]) == 2
+    # The shipped warm-start already searches and answers: some held-out questions right before any RL.
+    assert summary["eval_before"]["reward_mean"] > 0.1
+    assert summary["eval_after"]["num_tasks"] == 16
+    assert (tmp_path / "model" / "config.json").is_file()
