@@ -7,6 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import ray
@@ -24,7 +25,7 @@ RUNS = Path("runs")
 def parser(description: str) -> argparse.ArgumentParser:
     """Arguments every tuned example takes; no arguments means the CPU default."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", help="local Hugging Face checkpoint (default: the embedded tiny model, built if missing)")
+    p.add_argument("--model", help="local Hugging Face checkpoint (default: the example's CPU starting policy)")
     p.add_argument("--num-gpus", type=int, default=0, help="GPUs to use; 0 runs the CPU default")
     p.add_argument("--iterations", type=int, help="training iterations (default: the example's own)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<example>)")
@@ -65,6 +66,21 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
     return (config.learners(num_learners=learners, num_gpus_per_learner=1, dtype="bfloat16")
             .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=1, num_env_runners=2 * engines,
                          engine_config={"kv_cache_bytes": 8 * 1024**3, "dtype": "bfloat16"}))
+
+
+def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
+                cpu_config: Callable[[], AlgorithmConfig], gpu_config: Callable[[], AlgorithmConfig],
+                cpu_iterations: int, gpu_iterations: int = 200) -> dict:
+    """An example's main: the CPU default, or with --num-gpus its paper preset on the local checkpoint --model;
+    writes to --out (default runs/<name>)."""
+    if args.num_gpus and not args.model:
+        p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
+    init_ray(args.num_gpus)
+    if args.num_gpus:
+        cfg, iterations = gpu_config(), args.iterations or gpu_iterations
+    else:
+        cfg, iterations = cpu_config(), args.iterations or cpu_iterations
+    return train(cfg, iterations, args.out or RUNS / name)
 
 
 def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import DAPOConfig
-from tuned_examples.common import RUNS, init_ray, parser, size_for_gpus, train
+from tuned_examples.common import parser, run_example, size_for_gpus
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live (built by tuned_examples/memagent_sft.py)."""
@@ -95,14 +95,8 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", help="GPU runs: local training file (question, context, answers), else synthetic tasks")
     args = p.parse_args()
-    init_ray(args.num_gpus)
-    if args.num_gpus:
-        if not args.model:
-            p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
-        cfg, iterations = paper_config(args.model, args.num_gpus, args.data), args.iterations or 200
-    else:
-        cfg, iterations = config(args.model or WARM_START), args.iterations or 40
-    train(cfg, iterations, args.out or RUNS / Path(__file__).stem)
+    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
+                lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=40)
 
 
 if __name__ == "__main__":

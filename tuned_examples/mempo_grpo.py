@@ -18,8 +18,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import MemPOConfig
-from tuned_examples.common import RUNS, init_ray, parser, size_for_gpus, train
-from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
+from tuned_examples.common import size_for_gpus
+from tuned_examples.search_agents import (
+    MAX_TOKENS,
+    env_config,
+    paper_env_config,
+    run_search_example,
+    warm_start,
+    workflow_config,
+)
 
 PAPER = {"group_size": 16, "lr": 1e-6, "max_turns": 16, "tasks_per_iteration": 8, "kl_coef": 1e-3}
 """MemPO's published RL settings (paper, section 5.1: group 16, batch 128 trajectories, lr 1e-6, 16 rounds)."""
@@ -42,13 +49,9 @@ def config(model: str | Path | None = None) -> MemPOConfig:
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> MemPOConfig:
     """MemPO's preset on GPUs with the paper's prompt; questions from a local QA file (else the synthetic
     encyclopedia at 2 objectives) and passages from an HTTP retriever (else BM25 over the generator's corpus)."""
-    env = {"num_objectives": 2, "max_turns": PAPER["max_turns"], "reward": "answer_format"}
-    if qa_path:
-        env.update(data="file", qa_path=qa_path)
-    if retriever:
-        env.update(retriever=retriever)
     cfg = (MemPOConfig()
-           .environment("memrl/Search-v0", env_config=env)
+           .environment("memrl/Search-v0",
+                        env_config=paper_env_config("answer_format", PAPER["max_turns"], qa_path, retriever))
            .env_runners(num_envs_per_env_runner=64, workflow="mempo", max_tokens=1024,
                         max_calls_per_episode=PAPER["max_turns"])
            .learners(model_path=model, token_budget=65536)
@@ -60,18 +63,7 @@ def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str 
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / HotpotQA / NQ rows), else synthetic questions")
-    p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")
-    args = p.parse_args()
-    init_ray(args.num_gpus)
-    if args.num_gpus:
-        if not args.model:
-            p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
-        cfg, iterations = paper_config(args.model, args.num_gpus, args.qa, args.retriever), args.iterations or 200
-    else:
-        cfg, iterations = config(args.model), args.iterations or 30
-    train(cfg, iterations, args.out or RUNS / Path(__file__).stem)
+    run_search_example(__doc__, Path(__file__).stem, config, paper_config)
 
 
 if __name__ == "__main__":

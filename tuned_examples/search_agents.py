@@ -9,6 +9,9 @@ the papers' prompts (the workflows' defaults) by passing no template.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
+
+from tuned_examples.common import parser, run_example
 
 NUM_OBJECTIVES = 2
 """Questions per training task."""
@@ -60,3 +63,25 @@ def workflow_config(workflow: str) -> dict:
 def warm_start(workflow: str) -> Path:
     """The shipped warm-start checkpoint of `workflow` on the CPU task."""
     return CHECKPOINTS / f"{workflow}_search_sft"
+
+
+def paper_env_config(reward: str, max_turns: int, qa_path: str | None = None, retriever: str | None = None) -> dict:
+    """The search env of a GPU preset: two questions per task from the local QA file `qa_path` (else the synthetic
+    encyclopedia), passages from the HTTP `retriever` (else BM25 in process), the paper's turn budget and reward."""
+    env = {"num_objectives": NUM_OBJECTIVES, "max_turns": max_turns, "reward": reward}
+    if qa_path:
+        env.update(data="file", qa_path=qa_path)
+    if retriever:
+        env.update(retriever=retriever)
+    return env
+
+
+def run_search_example(description: str, name: str, config: Callable, paper_config: Callable) -> dict:
+    """A search example's main: `config(model)` on CPU, or `paper_config(model, num_gpus, qa_path, retriever)`
+    with --num-gpus, taking the GPU presets' data options --qa and --retriever (see paper_env_config)."""
+    p = parser(description)
+    p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / HotpotQA / NQ rows), else synthetic questions")
+    p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")
+    args = p.parse_args()
+    return run_example(p, args, name, lambda: config(args.model),
+                       lambda: paper_config(args.model, args.num_gpus, args.qa, args.retriever), cpu_iterations=30)

@@ -17,7 +17,7 @@ from memrl import sft
 from tuned_examples.common import default_model
 from tuned_examples.search_agents import CHECKPOINTS, env_config, workflow_config
 
-STEPS = {"mem1": 600, "memsearcher": 600, "mempo": 600, "react": 600}
+STEPS = {"mem1": 400, "memsearcher": 400, "mempo": 600, "react": 400}
 """Optimizer steps of each full build (32 expert calls per step)."""
 
 

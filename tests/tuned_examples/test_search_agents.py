@@ -9,24 +9,32 @@ from transformers import AutoTokenizer
 from envs.search import SearchEnv
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
-from tuned_examples import mempo_grpo, search_eval, search_sft
+from tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
 from tuned_examples.common import train
-from tuned_examples.mempo_grpo import PAPER, paper_config
 from tuned_examples.search_agents import MAX_TOKENS, env_config, workflow_config
 
 WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")
 
 
-def test_mempo_paper_preset_sized_for_gpus():
-    cfg = paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=8, qa_path="/data/q.jsonl",
-                       retriever="http://127.0.0.1:8000/retrieve")
+@pytest.mark.parametrize("example, workflow, reward, turns", [(mem1_ppo, "mem1", "em_sum", 6),
+                                                              (memsearcher_grpo, "memsearcher", "f1", 5),
+                                                              (mempo_grpo, "mempo", "answer_format", 16)])
+def test_paper_presets_sized_for_gpus(example, workflow, reward, turns):
+    cfg = example.paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=8, qa_path="/data/q.jsonl",
+                               retriever="http://127.0.0.1:8000/retrieve")
     cfg.validate()
-    assert cfg.training_cfg.group_size == 16 and cfg.training_cfg.lr == PAPER["lr"] == 1e-6
-    assert cfg.environment_cfg.env_config == {"num_objectives": 2, "max_turns": 16, "reward": "answer_format",
+    assert cfg.training_cfg.lr == example.PAPER["lr"] == 1e-6
+    assert cfg.environment_cfg.env_config == {"num_objectives": 2, "max_turns": turns, "reward": reward,
                                               "data": "file", "qa_path": "/data/q.jsonl",
                                               "retriever": "http://127.0.0.1:8000/retrieve"}
-    assert cfg.env_runners_cfg.workflow == "mempo" and cfg.env_runners_cfg.workflow_config == {}  # paper's prompt
+    assert cfg.env_runners_cfg.workflow == workflow and cfg.env_runners_cfg.max_calls_per_episode == turns
+    assert "template" not in cfg.env_runners_cfg.workflow_config  # the paper's prompt
     assert cfg.learners_cfg.num_learners == 4 and cfg.env_runners_cfg.num_engines == 4
+
+
+def test_paper_presets_without_data_files_use_the_synthetic_encyclopedia_and_bm25():
+    env = mem1_ppo.paper_config("/ckpt/m", num_gpus=2, qa_path=None, retriever=None).environment_cfg.env_config
+    assert env == {"num_objectives": 2, "max_turns": 6, "reward": "em_sum"}
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS)
@@ -48,6 +56,14 @@ def test_cpu_task_experts_earn_full_reward_within_the_token_limits(tiny_checkpoi
             if not done:
                 wf.observe(obs, info)
         assert reward == 2.0  # em_sum over the two questions
+
+
+@pytest.mark.parametrize("example", [mem1_ppo, memsearcher_grpo, mempo_grpo])
+def test_gpu_runs_need_a_model(example, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["x", "--num-gpus", "2"])
+    with pytest.raises(SystemExit):
+        example.main()
+    assert "--num-gpus needs --model" in capsys.readouterr().err
 
 
 def test_cpu_task_names_bad_workflows():
@@ -77,14 +93,15 @@ def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_short_mempo_run_of_the_cpu_default(ray_session, tmp_path):
-    cfg = (mempo_grpo.config()
+@pytest.mark.parametrize("example", [mem1_ppo, memsearcher_grpo, mempo_grpo])
+def test_short_run_of_the_cpu_default(ray_session, tmp_path, example):
+    cfg = (example.config()
            .env_runners(num_envs_per_env_runner=8)
-           .training(tasks_per_iteration=2, group_size=4)
+           .training(tasks_per_iteration=2, group_size=1 if example is mem1_ppo else 4)
            .evaluation(evaluation_num_tasks=16))
     summary = train(cfg, iterations=2, out=tmp_path)
     assert len(summary["reward_per_iteration"]) == 2
-    # The shipped warm-start already searches and answers: some held-out questions right before any RL.
-    assert summary["eval_before"]["reward_mean"] > 0.1
+    # The shipped warm-start already follows the format: it searches and answers before any RL.
+    assert summary["eval_before"]["format_ok_mean"] > 0.5 and summary["eval_before"]["num_searches_mean"] >= 1
     assert summary["eval_after"]["num_tasks"] == 16
     assert (tmp_path / "model" / "config.json").is_file()

@@ -1,0 +1,70 @@
+"""MemSearcher: a search agent that carries only the question and its own <memory> from call to call, trained with
+multi-context GRPO (the trajectory's std-normalised advantage on every one of its conversations).
+
+CPU default:              python tuned_examples/memsearcher_grpo.py
+GPUs, the paper's preset: python tuned_examples/memsearcher_grpo.py --model /ckpt/Qwen2.5-7B-Instruct --num-gpus 8 \\
+                              --qa /data/nq_hotpotqa_train.jsonl --retriever http://127.0.0.1:8000/retrieve
+
+The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
+the CPU task of tuned_examples/search_agents.py (two questions per task), rewards MemSearcher's F1 (0.1 for a
+well-formed episode whose answers miss), trains on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates
+on 500 held-out tasks before and after. The policy is written to <out>/model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memrl.algorithms import GRPOConfig
+from tuned_examples.common import size_for_gpus
+from tuned_examples.search_agents import (
+    MAX_TOKENS,
+    env_config,
+    paper_env_config,
+    run_search_example,
+    warm_start,
+    workflow_config,
+)
+
+PAPER = {"group_size": 5, "tasks_per_iteration": 51, "lr": 1e-6, "kl_coef": 1e-3, "max_turns": 5,
+         "memory_tokens": 1024}
+"""MemSearcher's published RL settings (appendix A.1: lr 1e-6, 256 trajectories per batch as 51 groups of 5
+rollouts, temperature 1, KL 1e-3, clip 0.2; 5 turns in training, a memory of at most 1024 tokens)."""
+
+
+def config(model: str | Path | None = None) -> GRPOConfig:
+    """The CPU default: 12 tasks x 5 trajectories per iteration, one vLLM engine, two ZeRO-3 learners."""
+    model = str(model or warm_start("memsearcher"))
+    return (GRPOConfig()
+            .environment("memrl/Search-v0", env_config={**env_config(), "reward": "f1"})
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memsearcher",
+                         workflow_config=workflow_config("memsearcher"), engine="vllm", max_tokens=MAX_TOKENS,
+                         engine_config={"kv_cache_bytes": 256 * 1024**2})
+            .learners(model_path=model, num_learners=2, token_budget=32768)
+            .training(lr=5e-5, tasks_per_iteration=12, group_size=5)
+            .evaluation(evaluation_num_tasks=500)
+            .debugging(seed=0, wandb_project="memrl-memsearcher"))
+
+
+def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> GRPOConfig:
+    """MemSearcher's preset on GPUs with the paper's prompt; questions from a local QA file (else the synthetic
+    encyclopedia at 2 objectives) and passages from an HTTP retriever (else BM25 over the generator's corpus)."""
+    cfg = (GRPOConfig()
+           .environment("memrl/Search-v0", env_config=paper_env_config("f1", PAPER["max_turns"], qa_path, retriever))
+           .env_runners(num_envs_per_env_runner=64, workflow="memsearcher",
+                        workflow_config={"memory_tokens": PAPER["memory_tokens"]},
+                        max_tokens=PAPER["memory_tokens"] + 512, max_calls_per_episode=PAPER["max_turns"])
+           .learners(model_path=model, token_budget=65536)
+           .training(lr=PAPER["lr"], tasks_per_iteration=PAPER["tasks_per_iteration"], group_size=PAPER["group_size"],
+                     kl_coef=PAPER["kl_coef"])
+           .evaluation(evaluation_num_tasks=256)
+           .debugging(seed=0, wandb_project="memrl-memsearcher"))
+    return size_for_gpus(cfg, num_gpus)
+
+
+def main() -> None:
+    run_search_example(__doc__, Path(__file__).stem, config, paper_config)
+
+
+if __name__ == "__main__":
+    main()
