@@ -6,6 +6,8 @@ Hugging Face checkpoint on engines of its own (warm-starts, baselines, trained p
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -71,7 +73,8 @@ def evaluate_checkpoint(
     """Greedy held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length).
 
     One engine serves every config; each config gets its own runner group. Returns, per config, the
-    `eval_summary` and the trajectories. Needs a running Ray instance.
+    `eval_summary` (plus "sample_s", the wall time of that config's rollouts) and the trajectories. Needs a
+    running Ray instance.
     """
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results = []
@@ -82,11 +85,13 @@ def evaluate_checkpoint(
                                  sampling=SamplingConfig(max_tokens=max_tokens, temperature=0.0),
                                  num_envs=-(-num_tasks // num_env_runners), max_calls=max_calls)
             group = EnvRunnerGroup(spec, [actor], num_env_runners)
+            start = time.perf_counter()
             try:
                 trajectories = sample_heldout(group, num_tasks, seed)
             finally:
                 group.shutdown()
-            results.append((eval_summary(trajectories), trajectories))
+            summary = {**eval_summary(trajectories), "sample_s": time.perf_counter() - start}
+            results.append((summary, trajectories))
     finally:
         ray.kill(actor)
     return results

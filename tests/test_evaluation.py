@@ -46,6 +46,7 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
     assert len(results) == 2
     (short, short_trajs), (long, long_trajs) = results
     assert short["num_tasks"] == long["num_tasks"] == 5
+    assert short["sample_s"] > 0 and long["sample_s"] > 0  # each config's rollouts are timed on their own
     assert [len(t.conversations) for t in short_trajs] == [1] * 5
     assert [len(t.conversations) for t in long_trajs] == [3] * 5
     assert [t.traj_id for t in short_trajs] == [t.traj_id for t in heldout_tasks(0, 5)]

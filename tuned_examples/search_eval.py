@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
@@ -44,15 +43,13 @@ def default_policies() -> list[tuple[str, Path, str]]:
 
 def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tasks: int, engine: str,
             seed: int = 0) -> list[dict]:
-    """One row per number of objectives for one policy."""
+    """One row per number of objectives for one policy (one engine serves them all)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
+    results = evaluate_checkpoint(
+        str(path), "memrl/Search-v0", [env_config(n) for n in objectives], workflow, workflow_config(workflow),
+        num_tasks, max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed)
     rows = []
-    for n in objectives:
-        start = time.perf_counter()
-        ((summary, trajectories),) = evaluate_checkpoint(
-            str(path), "memrl/Search-v0", [env_config(n)], workflow, workflow_config(workflow), num_tasks,
-            max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed)
-        seconds = time.perf_counter() - start
+    for n, (summary, trajectories) in zip(objectives, results):
         em = [t.metrics.get("em", 0.0) for t in trajectories]
         mean, low, high = reward_interval(em)
         rows.append({"policy": name, "workflow": workflow, "objectives": n, "num_tasks": len(trajectories),
@@ -60,7 +57,7 @@ def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tas
                      "peak_tokens": summary["peak_context_tokens_mean"],
                      "peak_tokens_max": summary["peak_context_tokens_max"],
                      "dependency": summary["dependency_mean"], "calls": summary["num_calls_mean"],
-                     "seconds_per_task": seconds / max(len(trajectories), 1)})
+                     "seconds_per_task": summary["sample_s"] / max(len(trajectories), 1)})
     return rows
 
 
