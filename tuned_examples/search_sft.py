@@ -4,44 +4,89 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
     python tuned_examples/search_sft.py --workflow mempo            # what is shipped for MemPO
     python tuned_examples/search_sft.py --workflow mem1 --steps 20 --out /tmp/x   # a short try
 
-Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out NLL, per-call exact match, greedy
-reward with its 95% interval, wall time).
+A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
+optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
+NLL, per-call exact match, greedy reward with its 95% interval, wall time; earlier stages' summaries under
+"earlier_stages").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from memrl import sft
-from tuned_examples.common import default_model
+from tuned_examples.common import RUNS, default_model
 from tuned_examples.search_agents import CHECKPOINTS, env_config, workflow_config
 
-STEPS = {"mem1": 400, "memsearcher": 400, "mempo": 600, "react": 400}
-"""Optimizer steps of each full build (32 expert calls per step)."""
+
+@dataclass(frozen=True)
+class Stage:
+    """One SFT run of a warm-start build."""
+
+    steps: int
+    """Optimizer steps (32 expert calls each, lr 1e-3 constant)."""
+    num_train_tasks: int
+    """Expert episodes on seeds 0 .. num_train_tasks - 1; held-out episodes come from the next seeds."""
 
 
-def build(workflow: str, out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int) -> dict:
-    """SFT the embedded tiny model on `workflow`'s expert calls of the CPU task; returns the summary."""
-    model = default_model()
+STAGES = {
+    "mem1": (Stage(400, 2000), Stage(800, 4000)),
+    "memsearcher": (Stage(400, 2000),),
+    "mempo": (Stage(600, 2000), Stage(800, 4000)),
+    "react": (Stage(400, 2000),),
+}
+"""Stages of each full build. The loss was still falling fast when the first stages ended, so the second ones go
+on with twice the episodes."""
+
+
+def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | None = None,
+          eval_every: int = 400) -> dict:
+    """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
+    freshly initialised); writes the checkpoint to `out` and returns the summary."""
     config = sft.SFTConfig(env="memrl/Search-v0", env_config=env_config(), workflow=workflow,
-                           workflow_config=workflow_config(workflow), model_path=model, out=str(out), steps=steps,
-                           batch_size=32, lr=1e-3, num_learners=2, token_budget=8192,
-                           num_train_tasks=num_train_tasks, num_eval_tasks=num_eval_tasks,
-                           eval_every=min(200, steps), seed=0)
+                           workflow_config=workflow_config(workflow), model_path=init or default_model(),
+                           out=str(out), steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
+                           token_budget=8192, num_train_tasks=stage.num_train_tasks, num_eval_tasks=num_eval_tasks,
+                           eval_every=min(eval_every, stage.steps), seed=0)
     return sft.run(config)
+
+
+def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_tasks: int) -> dict:
+    """Run `stages` in order (each from the previous one's weights) and write the last to `out`; its summary
+    carries the earlier stages' summaries."""
+    earlier, init = [], None
+    for i, stage in enumerate(stages):
+        last = i == len(stages) - 1
+        stage_out = out if last else RUNS / "search_sft" / f"{workflow}_stage{i + 1}"
+        summary = build(workflow, stage_out, stage, num_eval_tasks, init)
+        init = str(stage_out)
+        if not last:
+            earlier.append(summary)
+    if earlier:
+        summary["earlier_stages"] = earlier
+        (out / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    return summary
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workflow", choices=sorted(STEPS), required=True, help="which warm-start to build")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: the full build's)")
-    p.add_argument("--num-train-tasks", type=int, default=2000, help="expert episodes to train on")
+    p.add_argument("--workflow", choices=sorted(STAGES), required=True, help="which warm-start to build")
+    p.add_argument("--steps", type=int, help="one stage of this many optimizer steps instead of the full build")
+    p.add_argument("--num-train-tasks", type=int, default=2000, help="expert episodes to train on (with --steps)")
+    p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS, help="directory that receives <workflow>_search_sft")
     args = p.parse_args()
-    build(args.workflow, args.out / f"{args.workflow}_search_sft", args.steps or STEPS[args.workflow],
-          args.num_train_tasks, args.num_eval_tasks)
+    out = args.out / f"{args.workflow}_search_sft"
+    if args.steps:
+        build(args.workflow, out, Stage(args.steps, args.num_train_tasks), args.num_eval_tasks, args.init)
+    else:
+        if args.init:
+            p.error("--init needs --steps: a full build starts from the embedded tiny model")
+        build_all(args.workflow, out, STAGES[args.workflow], args.num_eval_tasks)
 
 
 if __name__ == "__main__":

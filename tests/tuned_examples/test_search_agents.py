@@ -72,10 +72,17 @@ def test_cpu_task_names_bad_workflows():
 
 
 @pytest.mark.slow
-def test_warm_start_build_short_form(ray_session, tmp_path):
-    summary = search_sft.build("mempo", tmp_path / "mempo", steps=2, num_train_tasks=4, num_eval_tasks=4)
-    assert summary["final"]["step"] == 2
-    assert json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())["config"]["workflow"] == "mempo"
+def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # earlier stages go under runs/
+    stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6))
+    summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=4)
+    written = json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())
+    assert written["config"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
+    # The second stage continues from the first one's weights, on more episodes.
+    (first,) = written["earlier_stages"]
+    assert first["final"]["step"] == 2 and first["config"]["num_train_tasks"] == 4
+    assert written["config"]["model_path"] == first["config"]["out"]
+    assert written["config"]["num_train_tasks"] == 6
 
 
 @pytest.mark.slow
