@@ -7,7 +7,7 @@ GPUs, the paper's preset: python tuned_examples/mempo_grpo.py --model /ckpt/Qwen
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
 the CPU task of tuned_examples/search_agents.py (two questions per task over the synthetic encyclopedia), trains
-with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 500 held-out tasks before and
+with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 1000 held-out tasks before and
 after. The CPU reward is MEM1's summed exact match (0-2 per task): the tiny warm-start answers both questions
 too rarely for MemPO's all-or-nothing answer-and-format reward, which the GPU preset keeps, to give a group
 anything to compare. The policy is written to <out>/model.
@@ -28,6 +28,8 @@ from tuned_examples.search_agents import (
     workflow_config,
 )
 
+CPU_ITERATIONS = 50
+"""Training iterations of the CPU default (about 15 s each)."""
 PAPER = {"group_size": 16, "lr": 1e-6, "max_turns": 16, "tasks_per_iteration": 8, "kl_coef": 1e-3}
 """MemPO's published RL settings (paper, section 5.1: group 16, batch 128 trajectories, lr 1e-6, 16 rounds)."""
 
@@ -41,8 +43,8 @@ def config(model: str | Path | None = None) -> MemPOConfig:
                          workflow_config=workflow_config("mempo"), engine="vllm", max_tokens=MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=5e-5, tasks_per_iteration=8, group_size=8)
-            .evaluation(evaluation_num_tasks=500)
+            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
+            .evaluation(evaluation_num_tasks=1000)
             .debugging(seed=0, wandb_project="memrl-mempo"))
 
 
@@ -63,7 +65,7 @@ def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str 
 
 
 def main() -> None:
-    run_search_example(__doc__, Path(__file__).stem, config, paper_config)
+    run_search_example(__doc__, Path(__file__).stem, config, paper_config, CPU_ITERATIONS)
 
 
 if __name__ == "__main__":

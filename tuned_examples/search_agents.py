@@ -76,12 +76,14 @@ def paper_env_config(reward: str, max_turns: int, qa_path: str | None = None, re
     return env
 
 
-def run_search_example(description: str, name: str, config: Callable, paper_config: Callable) -> dict:
-    """A search example's main: `config(model)` on CPU, or `paper_config(model, num_gpus, qa_path, retriever)`
-    with --num-gpus, taking the GPU presets' data options --qa and --retriever (see paper_env_config)."""
+def run_search_example(description: str, name: str, config: Callable, paper_config: Callable,
+                       cpu_iterations: int = 30) -> dict:
+    """A search example's main: `config(model)` on CPU for `cpu_iterations`, or `paper_config(model, num_gpus,
+    qa_path, retriever)` with --num-gpus, taking the GPU presets' data options --qa and --retriever (see
+    paper_env_config)."""
     p = parser(description)
     p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / HotpotQA / NQ rows), else synthetic questions")
     p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")
     args = p.parse_args()
     return run_example(p, args, name, lambda: config(args.model),
-                       lambda: paper_config(args.model, args.num_gpus, args.qa, args.retriever), cpu_iterations=30)
+                       lambda: paper_config(args.model, args.num_gpus, args.qa, args.retriever), cpu_iterations)
