@@ -46,9 +46,11 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
           eval_every: int = 400) -> dict:
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
+    # Absolute paths: the learner actors do not share this process's working directory.
     config = sft.SFTConfig(env="memrl/Search-v0", env_config=env_config(), workflow=workflow,
-                           workflow_config=workflow_config(workflow), model_path=init or default_model(),
-                           out=str(out), steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
+                           workflow_config=workflow_config(workflow),
+                           model_path=str(Path(init or default_model()).resolve()), out=str(out.resolve()),
+                           steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
                            token_budget=8192, num_train_tasks=stage.num_train_tasks, num_eval_tasks=num_eval_tasks,
                            eval_every=min(eval_every, stage.steps), seed=0)
     return sft.run(config)
