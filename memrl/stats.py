@@ -34,6 +34,16 @@ def mean_interval(values, z: float = Z95) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def paired_interval(before, after) -> tuple[float, float, float]:
+    """Mean per-task change `after - before` and its 95% interval, for two evaluations of the same tasks in the same
+    order: the interval of the change itself, far tighter than comparing the two evaluations' own intervals."""
+    before, after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
+    if before.shape != after.shape:
+        raise ValueError(f"paired_interval needs one value per task in both evaluations; got {before.shape} before "
+                         f"and {after.shape} after")
+    return mean_interval(after - before)
+
+
 def reward_interval(rewards) -> tuple[float, float, float]:
     """Mean reward and its 95% interval: Wilson when every reward is 0 or 1 (success rates near 0 or 1 get a
     sensible interval inside [0, 1]), the normal approximation otherwise."""

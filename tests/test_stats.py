@@ -1,6 +1,6 @@
 import pytest
 
-from memrl.stats import mean_interval, reward_interval, wilson_interval
+from memrl.stats import mean_interval, paired_interval, reward_interval, wilson_interval
 
 
 def test_wilson_known_values():
@@ -36,3 +36,15 @@ def test_wilson_bounds_contain_the_proportion_exactly_at_0_and_1():
         assert low == 0.0 < high
         low, high = wilson_interval(n, n)
         assert low < high == 1.0
+
+
+def test_paired_interval_is_the_interval_of_the_per_task_change():
+    before, after = [0, 1, 1, 2, 0, 1], [1, 1, 2, 2, 0, 2]
+    mean, low, high = paired_interval(before, after)
+    assert mean == pytest.approx(0.5)
+    assert (low, high) == pytest.approx(mean_interval([1, 0, 1, 0, 0, 1])[1:])
+    # Much tighter than the two evaluations' own intervals when the tasks are the same.
+    same = paired_interval([0, 1, 2] * 50, [0, 1, 2] * 50)
+    assert same == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="one value per task"):
+        paired_interval([1, 2], [1, 2, 3])

@@ -15,7 +15,9 @@ from tqdm import tqdm
 
 import envs
 from memrl.config import AlgorithmConfig
+from memrl.evaluation import eval_summary
 from memrl.models.tiny import TinyModelConfig, build_tiny_checkpoint, default_corpus
+from memrl.stats import paired_interval
 from memrl.workflows import memagent
 
 RUNS = Path("runs")
@@ -85,13 +87,14 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
 
 def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     """Build, evaluate before, train with a progress bar, evaluate after, write the algorithm checkpoint to
-    out/checkpoint, the policy to out/model (a Hugging Face checkpoint), the figures to out/summary.json and
-    the learning curve to out/curve.png."""
+    out/checkpoint, the policy to out/model (a Hugging Face checkpoint), the figures to out/summary.json (with
+    "change": the per-task change of the held-out reward and its 95% interval, both evaluations being on the same
+    tasks) and the learning curve to out/curve.png."""
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     algo = config.build()
     t_eval = time.perf_counter()
-    before = algo.evaluate()
+    before_trajectories = algo.heldout_trajectories()
     eval_s = time.perf_counter() - t_eval
     curve, timers = [], []
     bar = tqdm(range(iterations), desc="training", unit="iter")
@@ -101,11 +104,15 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
         timers.append(result["timers"])
         bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
                         it_s=f"{result['timers']['iteration_s']:.1f}")
-    after = algo.evaluate()
+    after_trajectories = algo.heldout_trajectories()
+    before, after = eval_summary(before_trajectories), eval_summary(after_trajectories)
+    change, low, high = paired_interval([t.reward for t in before_trajectories],
+                                        [t.reward for t in after_trajectories])
     algo.save_to_path(out / "checkpoint")
     algo.save_model(out / "model")
     algo.stop()
     summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after,
+               "change": {"mean": change, "ci_low": low, "ci_high": high},
                "wall_s": time.perf_counter() - start, "eval_s": eval_s,
                "mean_timers_s": {k: sum(t[k] for t in timers) / len(timers) for k in timers[0]} if timers else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -113,6 +120,7 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     for name, ev in (("before", before), ("after", after)):
         print(f"held-out reward {name} training: {ev['reward_mean']:.3f} "
               f"[{ev['reward_ci_low']:.3f}, {ev['reward_ci_high']:.3f}] over {int(ev['num_tasks'])} tasks")
+    print(f"change on the same tasks: {change:+.3f} [{low:+.3f}, {high:+.3f}]")
     print(f"wrote {out} in {summary['wall_s']:.0f} s")
     return summary
 

@@ -283,6 +283,10 @@ class Algorithm(tune.Trainable):
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, num_tasks: int | None = None, env_config: dict | None = None) -> dict[str, float]:
         """Greedy (by default) rollouts on held-out tasks; mean reward and its 95% interval, plus env figures."""
+        return eval_summary(self.heldout_trajectories(num_tasks, env_config))
+
+    def heldout_trajectories(self, num_tasks: int | None = None, env_config: dict | None = None) -> list[Trajectory]:
+        """The trajectories behind `evaluate`, in task order: the same tasks at every call, so two calls pair up."""
         ev = self.cfg.evaluation_cfg
         n = num_tasks or ev.evaluation_num_tasks
         overrides = {**ev.evaluation_env_config, **(env_config or {})}
@@ -292,7 +296,7 @@ class Algorithm(tune.Trainable):
             self._eval_group = EnvRunnerGroup(self._runner_spec(overrides, ev.evaluation_temperature), self.engines,
                                               self.cfg.env_runners_cfg.num_env_runners)
             self._eval_overrides = overrides
-        return eval_summary(sample_heldout(self._eval_group, n, self.seed))
+        return sample_heldout(self._eval_group, n, self.seed)
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str) -> None:

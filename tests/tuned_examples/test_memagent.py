@@ -48,6 +48,9 @@ def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
     # The shipped warm-start already answers: greedy accuracy well above chance on held-out questions.
     assert summary["eval_before"]["reward_mean"] >= 0.3
     assert summary["eval_after"]["num_tasks"] == 16
+    change = summary["change"]  # paired over the same 16 tasks
+    assert change["ci_low"] <= change["mean"] <= change["ci_high"]
+    assert change["mean"] == pytest.approx(summary["eval_after"]["reward_mean"] - summary["eval_before"]["reward_mean"])
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "model") is not None
     assert (tmp_path / "checkpoint" / "algorithm_state.json").is_file()
     assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] > 0
