@@ -42,8 +42,7 @@ STAGES = {
 on with twice the episodes."""
 
 
-def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | None = None,
-          eval_every: int = 400) -> dict:
+def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | None = None) -> dict:
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
@@ -52,7 +51,7 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
                            model_path=str(Path(init or default_model()).resolve()), out=str(out.resolve()),
                            steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
                            token_budget=8192, num_train_tasks=stage.num_train_tasks, num_eval_tasks=num_eval_tasks,
-                           eval_every=min(eval_every, stage.steps), seed=0)
+                           eval_every=min(400, stage.steps), seed=0)
     return sft.run(config)
 
 
