@@ -73,6 +73,7 @@ class EnvRunner:
             self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
         self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
         self._pending: list[tuple[list[int], asyncio.Future]] = []
+        self._max_model_len: int | None = None
         self._seed: int | None = None
         self._stats: dict[str, float] = {}
 
@@ -87,6 +88,8 @@ class EnvRunner:
         give the same trajectories, whichever other runners share the engine.
         """
         self._seed = seed
+        if self._max_model_len is None:
+            self._max_model_len = await self.engine.max_model_len.remote()
         self._stats = {"generate_s": 0.0, "env_s": 0.0, "calls": 0, "batches": 0, "new_tokens": 0}
         start = time.perf_counter()
         free_envs: asyncio.Queue = asyncio.Queue()
@@ -113,9 +116,17 @@ class EnvRunner:
         self._stats["env_s"] += time.perf_counter() - t0
         conversations: list[Conversation] = []
         total_reward = 0.0
-        done = False
+        done = overflow = False
         while not done:
             prompt = workflow.prompt_ids()
+            if len(prompt) >= self._max_model_len:
+                if not conversations:
+                    raise ValueError(f"task {task.traj_id} (seed {task.seed}): the first prompt has {len(prompt)} "
+                                     f"tokens, and the engine's model holds {self._max_model_len}; shorten the task "
+                                     "or serve a model with a longer context")
+                # A history that outgrew the model's context ends the episode unfinished (truncated).
+                overflow = True
+                break
             out = await self._generate(prompt)
             action, spans = workflow.on_response(out.token_ids)
             t0 = time.perf_counter()
@@ -153,6 +164,7 @@ class EnvRunner:
             dependency=float(sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
                                  for c in conversations)),
             truncated=float(not (terminated or truncated)),
+            context_overflow=float(overflow),
         )
         return Trajectory(conversations, reward=total_reward, group_id=task.group_id, traj_id=task.traj_id,
                           metrics=metrics)

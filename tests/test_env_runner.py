@@ -100,3 +100,45 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
         assert t.metrics["dependency"] == sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
                                               for c in t.conversations)
     ray.kill(runner)
+
+
+def _short_context_copy(tiny_checkpoint, tmp_path, window: int):
+    """A copy of the tiny checkpoint whose context holds `window` tokens."""
+    import json
+    import shutil
+
+    out = tmp_path / f"window{window}"
+    shutil.copytree(tiny_checkpoint, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "max_position_embeddings": window}))
+    return out
+
+
+def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_checkpoint, tmp_path):
+    path = _short_context_copy(tiny_checkpoint, tmp_path, 320)
+    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
+    # ReAct keeps the whole history, and the untrained model never answers: the prompt grows every turn.
+    spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
+                         workflow="react", workflow_config={}, tokenizer_path=str(path),
+                         sampling=SamplingConfig(max_tokens=24), num_envs=4)
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec, engine)
+    trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), 0))[0])
+    assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(4)]
+    overflowed = [t for t in trajs if t.metrics["context_overflow"] == 1.0]
+    assert overflowed
+    for t in overflowed:
+        assert t.metrics["truncated"] == 1.0 and t.reward == 0.0
+        assert all(len(c.prompt_ids) < 320 for c in t.conversations)
+        assert t.metrics["num_calls"] == len(t.conversations) < 30
+    ray.kill(runner)
+    ray.kill(engine)
+
+
+def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_checkpoint, tmp_path):
+    path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
+    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint), engine)
+    with pytest.raises(ValueError, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
+        ray.get(runner.sample.remote(_tasks(1)))
+    ray.kill(runner)
+    ray.kill(engine)

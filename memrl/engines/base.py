@@ -59,6 +59,11 @@ class InferenceEngine(ABC):
         """Sample one response per prompt, batched as the engine sees fit."""
 
     @abstractmethod
+    def max_model_len(self) -> int:
+        """Most tokens one sequence (prompt + response) may hold: a prompt must be shorter, and a response stops
+        with finish_reason "length" when it fills the rest."""
+
+    @abstractmethod
     def reseed(self, seed: int) -> None:
         """Restart the engine-level sampling RNG (never per request: vLLM's CPU worker rejects that)."""
 

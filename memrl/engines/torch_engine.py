@@ -40,16 +40,23 @@ class TorchEngine(InferenceEngine):
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype], attn_implementation="sdpa")
         self.model.to(self.device).eval().requires_grad_(False)
         self.vocab_size: int = self.model.config.get_text_config().vocab_size
+        self._max_model_len: int = self.model.config.get_text_config().max_position_embeddings
         self.pad_id = _pad_id(self.model.config)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.weight_version = 0
         self._sync_group = None
+
+    def max_model_len(self) -> int:
+        return self._max_model_len
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
         """Sample one response per prompt, in batches of at most `max_batch_size` prompts."""
         for i, prompt in enumerate(prompts):
             self._check_ids(prompt, f"prompt {i}")
+            if len(prompt) >= self._max_model_len:
+                raise ValueError(f"prompt {i} has {len(prompt)} tokens; the model holds {self._max_model_len} "
+                                 f"(max_position_embeddings), so a prompt may have at most {self._max_model_len - 1}")
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.max_batch_size):
             outputs.extend(self._generate_batch(prompts[start : start + self.max_batch_size], sampling))
@@ -81,6 +88,8 @@ class TorchEngine(InferenceEngine):
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        # A row also ends ("length") when its sequence fills the model's positions.
+        room = torch.tensor([self._max_model_len - len(p) for p in prompts], device=self.device)
         for step in range(sampling.max_tokens):
             logits = logits.float()
             next_ids = self._sample(logits, sampling)
@@ -90,7 +99,7 @@ class TorchEngine(InferenceEngine):
                 tokens[row].append(tok)
                 logprobs[row].append(lp)
             stopped |= ~finished & torch.isin(next_ids, stop_ids)
-            finished |= stopped
+            finished |= stopped | (room <= step + 1)
             if bool(finished.all()) or step == sampling.max_tokens - 1:
                 break
             # Finished rows keep stepping (feeding pads) so the batch stays rectangular; their

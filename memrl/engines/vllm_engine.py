@@ -71,6 +71,9 @@ class VLLMEngine(InferenceEngine):
         )
         self.weight_version = 0
 
+    def max_model_len(self) -> int:
+        return int(self.llm.model_config.max_model_len)
+
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
         """Sample one response per prompt in one vLLM batch."""
         from vllm import SamplingParams

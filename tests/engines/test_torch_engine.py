@@ -147,6 +147,17 @@ def test_max_tokens_and_stop_on_the_last_token(engine):
         assert outs[1].token_ids == [first[1]] and outs[1].finish_reason == "length"
 
 
+def test_responses_stop_where_the_model_context_ends(engine):
+    window = engine.max_model_len()
+    assert window == AutoModelForCausalLM.from_pretrained(engine.model.name_or_path).config.max_position_embeddings
+    long, short = [7] * (window - 5), PROMPTS[0]
+    outs = engine.generate([long, short], GREEDY)
+    assert len(outs[0].token_ids) == 5 and outs[0].finish_reason == "length"
+    assert len(outs[1].token_ids) == 12  # the other row of the batch is not cut short
+    with pytest.raises(ValueError, match=f"prompt 0 has {window} tokens.*at most {window - 1}"):
+        engine.generate([[7] * window], GREEDY)
+
+
 def test_bad_token_ids_are_named(engine):
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         engine.generate([[1, 2], []], GREEDY)

@@ -150,6 +150,14 @@ def test_bad_prompts_are_refused(engine):
     assert call(engine.score.remote([1, 2], [])) == []
 
 
+def test_responses_stop_where_the_model_context_ends(engine, hf_model):
+    window = call(engine.max_model_len.remote())
+    assert window == hf_model.config.max_position_embeddings
+    outs = call(engine.generate.remote([[7] * (window - 5), [7] * 8], SamplingConfig(max_tokens=12, temperature=0)))
+    assert len(outs[0].token_ids) == 5 and outs[0].finish_reason == "length"
+    assert len(outs[1].token_ids) == 12
+
+
 def test_score_matches_transformers(engine, hf_model):
     prompt, continuation = PROMPTS[2], list(range(500, 540))
     assert max_diff(call(engine.score.remote(prompt, continuation)), hf_logprobs(hf_model, prompt, continuation)) < 1e-5
