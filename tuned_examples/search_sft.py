@@ -34,7 +34,7 @@ class Stage:
 
 STAGES = {
     "mem1": (Stage(400, 2000), Stage(800, 4000)),
-    "memsearcher": (Stage(400, 2000),),
+    "memsearcher": (Stage(400, 2000), Stage(800, 4000)),
     "mempo": (Stage(600, 2000), Stage(800, 4000)),
     "react": (Stage(400, 2000),),
 }
