@@ -77,7 +77,7 @@ def paper_env_config(reward: str, max_turns: int, qa_path: str | None = None, re
 
 
 def run_search_example(description: str, name: str, config: Callable, paper_config: Callable,
-                       cpu_iterations: int = 30) -> dict:
+                       cpu_iterations: int) -> dict:
     """A search example's main: `config(model)` on CPU for `cpu_iterations`, or `paper_config(model, num_gpus,
     qa_path, retriever)` with --num-gpus, taking the GPU presets' data options --qa and --retriever (see
     paper_env_config)."""

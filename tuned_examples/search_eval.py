@@ -6,8 +6,8 @@
 Per policy and number of objectives N (tasks of N questions on the CPU task of tuned_examples/search_agents.py,
 with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95% interval over tasks), peak tokens
 per call (mean over tasks of each task's largest call, and the largest of all), dependency (MEM1's measure of
-the tokens each generated token depends on, summed over a task) and seconds per task (greedy, batched, one
-engine). Writes search_table.json, search_table.md and search_table.png to --out.
+the tokens each generated token depends on, summed over a task), the share of tasks whose history outgrew the
+model's context (a full-history baseline at large N) and seconds per task (greedy, batched, one engine). Writes search_table.json, search_table.md and search_table.png to --out.
 """
 
 from __future__ import annotations
@@ -57,18 +57,20 @@ def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tas
                      "peak_tokens": summary["peak_context_tokens_mean"],
                      "peak_tokens_max": summary["peak_context_tokens_max"],
                      "dependency": summary["dependency_mean"], "calls": summary["num_calls_mean"],
+                     "context_overflow": summary["context_overflow_mean"],
                      "seconds_per_task": summary["sample_s"] / max(len(trajectories), 1)})
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     """The table, one line per (policy, N)."""
-    lines = ["| policy | N | EM [95% CI] | F1 | peak tokens/call (max) | dependency | calls | s/task |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| policy | N | EM [95% CI] | F1 | peak tokens/call (max) | dependency | calls | context full | s/task |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['policy']} | {r['objectives']} | {r['em']:.3f} [{r['em_ci_low']:.3f}, "
                      f"{r['em_ci_high']:.3f}] | {r['f1']:.3f} | {r['peak_tokens']:.0f} ({r['peak_tokens_max']:.0f}) | "
-                     f"{r['dependency']:.3g} | {r['calls']:.1f} | {r['seconds_per_task']:.2f} |")
+                     f"{r['dependency']:.3g} | {r['calls']:.1f} | {r['context_overflow']:.0%} | "
+                     f"{r['seconds_per_task']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -112,14 +114,18 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks: int, engine: str,
         out: Path) -> dict:
-    """Measure every policy at every N; write the JSON, the Markdown table and the plot; returns the JSON."""
+    """Measure every policy at every N; write the JSON, the Markdown table and the plot (after each policy, so a
+    long run keeps what it measured); returns the JSON."""
+    if not policies:
+        raise ValueError("search_eval.run needs at least one (name, checkpoint, workflow) policy")
     out.mkdir(parents=True, exist_ok=True)
-    rows = [row for name, path, workflow in policies
-            for row in measure(name, path, workflow, objectives, num_tasks, engine)]
-    result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "num_tasks": num_tasks, "engine": engine}
-    (out / "search_table.json").write_text(json.dumps(result, indent=1))
-    (out / "search_table.md").write_text(markdown(rows))
-    plot(rows, out / "search_table.png")
+    rows = []
+    for name, path, workflow in policies:
+        rows += measure(name, path, workflow, objectives, num_tasks, engine)
+        result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "num_tasks": num_tasks, "engine": engine}
+        (out / "search_table.json").write_text(json.dumps(result, indent=1))
+        (out / "search_table.md").write_text(markdown(rows))
+        plot(rows, out / "search_table.png")
     return result
 
 

@@ -94,6 +94,7 @@ def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
     for r in rows:
         assert r["num_tasks"] == 3 and 0 <= r["em_ci_low"] <= r["em"] <= r["em_ci_high"] <= 1
         assert r["peak_tokens"] <= r["peak_tokens_max"] and r["dependency"] > 0 and r["seconds_per_task"] > 0
+        assert r["context_overflow"] == 0.0  # two questions fit the tiny model's 4096 positions
     assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
     assert (tmp_path / "search_table.md").read_text().count("\n") == 2 + len(rows)
     assert (tmp_path / "search_table.png").stat().st_size > 10_000
