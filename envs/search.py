@@ -45,6 +45,8 @@ INVALID = {
     "long": "the search query has {chars} characters, more than the {limit} allowed",
 }
 """Why an action was not understood, as the invalid-action observation says it."""
+RESET_OPTIONS = ("num_objectives", "max_turns")
+"""Per-episode reset options: smaller tasks than the config's (e.g. a warm-start mixing question counts)."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,7 @@ class SearchEnv(gym.Env):
         self._num_searches = 0
         self._num_invalid = 0
         self._searched: list[str] = []
+        self._max_turns = config.max_turns
         self._done = True
 
     def _make_retriever(self) -> Retriever:
@@ -273,9 +276,11 @@ class SearchEnv(gym.Env):
         return max(prompt, information, invalid)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """A new task. `options` may give this episode fewer questions ("num_objectives") and fewer turns
+        ("max_turns") than the config, which sets the largest task the env serves."""
         super().reset(seed=seed)
         task_seed = seed + self.config.seed_offset if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        n = self.config.num_objectives
+        n, self._max_turns = self._episode_size(options or {})
         if self.config.data == "synthetic":
             self.questions = encyclopedia.make_questions(task_seed, n, self.world_config)
         else:
@@ -288,10 +293,24 @@ class SearchEnv(gym.Env):
         self._done = False
         return _prompt(self.questions), self._info()
 
+    def _episode_size(self, options: dict) -> tuple[int, int]:
+        unknown = sorted(set(options) - set(RESET_OPTIONS))
+        if unknown:
+            raise ValueError(f"SearchEnv.reset has no option(s) {unknown}; allowed: {list(RESET_OPTIONS)}")
+        size = []
+        for name in RESET_OPTIONS:
+            cap = getattr(self.config, name)
+            value = options.get(name, cap)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
+                raise ValueError(f"SearchEnv.reset option {name}={value!r} is not allowed; give an int in [1, {cap}] "
+                                 f"(the env's {name})")
+            size.append(value)
+        return size[0], size[1]
+
     @property
     def turns_left(self) -> int:
         """Actions the agent may still take."""
-        return self.config.max_turns - self._turn
+        return self._max_turns - self._turn
 
     def step(self, action):
         if self._done:
@@ -312,7 +331,7 @@ class SearchEnv(gym.Env):
         if self.turns_left == 0:
             return self._finish(None, step_info)
         if kind == "invalid":
-            obs = _invalid_observation(content, config.num_objectives, self.turns_left)
+            obs = _invalid_observation(content, len(self.questions), self.turns_left)
             return obs, 0.0, False, False, {**self._info(), **step_info}
         hits = self.retriever.search([content], config.top_k)[0]
         step_info["retrieved_ids"] = [hit["id"] for hit in hits]

@@ -52,6 +52,10 @@ class SFTConfig:
     """Registered workflow name (memrl.workflows.WORKFLOWS) that implements expert_response(action)."""
     workflow_config: dict = field(default_factory=dict)
     """Keyword arguments for the workflow (a JSON object on the command line)."""
+    task_options: list[dict] = field(default_factory=list)
+    """Reset options of the episodes, taken in turn by env seed (seed s gets task_options[s % len]); empty: none.
+    E.g. [{"num_objectives": 1, "max_turns": 4}, {"num_objectives": 4, "max_turns": 10}] on memrl/Search-v0 mixes
+    task sizes in one warm-start (a JSON list of objects on the command line)."""
     model_path: str
     """Local Hugging Face checkpoint to start from (e.g. the embedded tiny model)."""
     out: str
@@ -90,6 +94,8 @@ class SFTConfig:
         for name in ("env_config", "workflow_config"):
             if not isinstance(getattr(self, name), dict):
                 raise ValueError(f"SFTConfig.{name} must be a dict of keyword arguments, got {getattr(self, name)!r}")
+        if not isinstance(self.task_options, list) or not all(isinstance(o, dict) for o in self.task_options):
+            raise ValueError(f"SFTConfig.task_options must be a list of dicts (reset options), got {self.task_options!r}")
         if not Path(self.model_path).is_dir():
             raise ValueError(f"SFTConfig.model_path {self.model_path!r} is not a local checkpoint directory")
         if not self.out:
@@ -105,8 +111,10 @@ def collect_expert_rows(
     num_tasks: int,
     seed: int,
     max_calls: int = 64,
+    task_options: Sequence[dict] = (),
 ) -> list[dict[str, np.ndarray]]:
-    """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1, one row per LLM call.
+    """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1 (reset with
+    `episode_options(task_options, seed)`), one row per LLM call.
 
     The loop is the env runner's (reset -> prompt_ids -> response -> on_response -> step -> observe) with the
     expert's response in place of the model's: prompt_ids are the workflow's own ids, response_ids the tokenized
@@ -133,7 +141,7 @@ def collect_expert_rows(
 
     rows = []
     for task_seed in range(seed, seed + num_tasks):
-        obs, info = env.reset(seed=task_seed)
+        obs, info = env.reset(seed=task_seed, options=episode_options(task_options, task_seed))
         wf = workflow_cls(tokenizer, **workflow_config)
         wf.reset(obs, info)
         for call in range(max_calls):
@@ -158,6 +166,11 @@ def collect_expert_rows(
             wf.observe(obs, info)
     env.close()
     return rows
+
+
+def episode_options(task_options: Sequence[dict], seed: int) -> dict | None:
+    """The reset options of the episode on env seed `seed`: task_options taken in turn, None when there are none."""
+    return dict(task_options[seed % len(task_options)]) if task_options else None
 
 
 def heldout_nll(group: LearnerGroup, rows: Sequence[dict[str, np.ndarray]]) -> float:
@@ -185,8 +198,10 @@ def greedy_rewards(
     seeds: Iterable[int],
     max_tokens: int,
     max_calls: int = 64,
+    task_options: Sequence[dict] = (),
 ) -> list[float]:
-    """Return of one greedy episode per env seed, the episodes' calls batched in lockstep."""
+    """Return of one greedy episode per env seed (reset as collect_expert_rows does), the episodes' calls batched
+    in lockstep."""
     import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
 
     workflow_cls = workflow_class(workflow)
@@ -194,7 +209,7 @@ def greedy_rewards(
     episodes = []
     for seed in seeds:
         env = gym.make(env_id, **env_config)
-        obs, info = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed, options=episode_options(task_options, seed))
         wf = workflow_cls(tokenizer, **workflow_config)
         wf.reset(obs, info)
         episodes.append({"env": env, "wf": wf, "reward": 0.0})
@@ -228,10 +243,11 @@ def train_sft(config: SFTConfig) -> dict:
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(config.model_path)
     task = (config.env, config.env_config, config.workflow, config.workflow_config, tokenizer)
-    train_rows = collect_expert_rows(*task, config.num_train_tasks, config.seed)
+    options = {"task_options": config.task_options}
+    train_rows = collect_expert_rows(*task, config.num_train_tasks, config.seed, **options)
     eval_start = config.seed + config.num_train_tasks
     eval_seeds = range(eval_start, eval_start + config.num_eval_tasks)
-    eval_rows = collect_expert_rows(*task, config.num_eval_tasks, eval_start)
+    eval_rows = collect_expert_rows(*task, config.num_eval_tasks, eval_start, **options)
     # Greedy episodes may reply as long as the longest expert response; a longer reply is wrong anyway.
     max_tokens = max(len(r["response_ids"]) for r in train_rows + eval_rows)
     # The learner's train_step reads these; the SFT loss ignores them.
@@ -251,7 +267,7 @@ def train_sft(config: SFTConfig) -> dict:
     def evaluate(step: int) -> dict[str, float]:
         if step:
             engine.load_weights(group.gather_state_dict().items(), version=step)
-        reward, low, high = reward_interval(greedy_rewards(engine, *task, eval_seeds, max_tokens))
+        reward, low, high = reward_interval(greedy_rewards(engine, *task, eval_seeds, max_tokens, **options))
         return {"step": step, "eval_nll": heldout_nll(group, eval_rows),
                 "call_exact_match": call_exact_match(engine, eval_rows, tokenizer.eos_token_id),
                 "reward_mean": reward, "reward_ci_low": low, "reward_ci_high": high}
@@ -313,6 +329,16 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _json_object_list(text: str) -> list[dict]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc})") from exc
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a JSON list of objects")
+    return value
+
+
 def _boolean(text: str) -> bool:
     if text.lower() not in ("true", "false", "1", "0"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
@@ -323,7 +349,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
     """SFTConfig from command-line flags: one per field (--env-config as a JSON object; --model for model_path)."""
     parser = argparse.ArgumentParser(description="SFT warm-start on scripted-expert trajectories.")
     docs = _field_docs(SFTConfig)
-    types = {"str": str, "int": int, "float": float, "dict": _json_object, "bool": _boolean}
+    types = {"str": str, "int": int, "float": float, "dict": _json_object, "list[dict]": _json_object_list,
+             "bool": _boolean}
     for f in dataclasses.fields(SFTConfig):
         flags = [f"--{f.name.replace('_', '-')}"] + (["--model"] if f.name == "model_path" else [])
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

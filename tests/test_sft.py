@@ -12,7 +12,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import envs  # noqa: F401  (registers memrl/Echo-v0)
 from envs.text_space import text_space
 from memrl.engines.torch_engine import TorchEngine
-from memrl.sft import SUMMARY_FILE, SFTConfig, call_exact_match, collect_expert_rows, parse_args, train_sft
+from memrl.sft import (
+    SUMMARY_FILE,
+    SFTConfig,
+    call_exact_match,
+    collect_expert_rows,
+    episode_options,
+    parse_args,
+    train_sft,
+)
 from memrl.workflows import WORKFLOWS
 from memrl.workflows.base import LastObservationWorkflow, Workflow
 
@@ -87,6 +95,16 @@ def test_expert_rows_are_the_workflow_prompts_and_the_expert_replies(tokenizer):
         np.testing.assert_array_equal(row["loss_mask"], np.ones(len(row["response_ids"])))
 
 
+def test_task_options_mix_task_sizes_by_seed(tokenizer):
+    options = [{"num_objectives": 1, "max_turns": 4}, {"num_objectives": 3, "max_turns": 8}]
+    rows = collect_expert_rows("memrl/Search-v0", {"num_objectives": 3, "max_turns": 8}, "react", {}, tokenizer,
+                               num_tasks=4, seed=6, task_options=options)
+    answers = [tokenizer.decode(r["response_ids"]) for r in rows if "<answer>" in tokenizer.decode(r["response_ids"])]
+    # seeds 6 and 8 get one question, 7 and 9 three: the expert answers with 1, 3, 1, 3 answers
+    assert [a.count(";") + 1 for a in answers] == [1, 3, 1, 3]
+    assert episode_options(options, 7) == options[1] and episode_options([], 7) is None
+
+
 def test_env_without_expert_action_is_refused(tokenizer):
     if "memrl_test/NoExpert-v0" not in gym.registry:
         gym.register("memrl_test/NoExpert-v0", entry_point=NoExpertEnv)
@@ -105,9 +123,10 @@ def test_workflow_without_or_with_a_wrong_expert_response_is_refused(tokenizer, 
 
 def test_command_line_maps_onto_the_config(tiny_checkpoint, tmp_path):
     config = parse_args(["--env", "memrl/Echo-v0", "--workflow", "last_observation", "--model", str(tiny_checkpoint),
-                         "--out", str(tmp_path), "--steps", "7", "--lr", "0.01", "--env-config", '{"num_turns": 3}'])
+                         "--out", str(tmp_path), "--steps", "7", "--lr", "0.01", "--env-config", '{"num_turns": 3}',
+                         "--task-options", '[{"num_turns": 2}]'])
     assert config == SFTConfig(model_path=str(tiny_checkpoint), out=str(tmp_path), steps=7, lr=0.01,
-                               env_config={"num_turns": 3})
+                               env_config={"num_turns": 3}, task_options=[{"num_turns": 2}])
     with pytest.raises(SystemExit):
         parse_args(["--model", str(tiny_checkpoint), "--out", str(tmp_path), "--env-config", "[3]"])
     with pytest.raises(SystemExit):
@@ -117,7 +136,8 @@ def test_command_line_maps_onto_the_config(tiny_checkpoint, tmp_path):
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"batch_size": 0}, "batch_size"), ({"lr": 0.0}, "lr"), ({"seed": -1}, "seed"), ({"eval_every": 0}, "eval_every"),
-     ({"env_config": "num_turns=3"}, "env_config"), ({"model_path": "/nonexistent"}, "model_path")],
+     ({"env_config": "num_turns=3"}, "env_config"), ({"model_path": "/nonexistent"}, "model_path"),
+     ({"task_options": {"num_turns": 2}}, "task_options")],
 )
 def test_config_rejects_bad_values(tiny_checkpoint, tmp_path, kwargs, field):
     with pytest.raises(ValueError, match=f"SFTConfig.{field}"):

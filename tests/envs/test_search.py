@@ -84,6 +84,26 @@ def test_reset_search_and_hint():
     assert turns_hint(1) == "You have 1 turn left." and info["turns_left"] == 1
 
 
+def test_reset_options_give_an_episode_a_smaller_task():
+    env = SearchEnv(num_objectives=4, max_turns=10)
+    obs, info = env.reset(seed=3, options={"num_objectives": 1, "max_turns": 3})
+    assert len(env.questions) == 1 and obs == env.questions[0].question and info["turns_left"] == 3
+    obs, *_ = env.step("no tags")
+    assert "with 1 answer(s)" in obs and "You have 2 turns left." in obs
+    reward, terminated, _, info = play_expert(env, 3)  # no options: the config's full task again
+    assert len(env.questions) == 4 and reward == 4.0 and terminated
+    env.reset(seed=3, options={"num_objectives": 2})
+    for _ in range(9):
+        *_, truncated, info = env.step("<search>x</search>")
+    assert not truncated and info["turns_left"] == 1  # only the count changed: the config's 10 turns remain
+    for options, message in [({"num_objectives": 5}, r"num_objectives=5 .* \[1, 4\]"),
+                             ({"max_turns": 0}, r"max_turns=0 .* \[1, 10\]"),
+                             ({"num_objectives": "2"}, "num_objectives='2'"),
+                             ({"turns": 3}, r"no option\(s\) \['turns'\]; allowed: \['num_objectives', 'max_turns'\]")]:
+        with pytest.raises(ValueError, match=message):
+            env.reset(seed=0, options=options)
+
+
 def test_one_question_prompt_is_the_question():
     env = SearchEnv()
     obs, _ = env.reset(seed=2)
