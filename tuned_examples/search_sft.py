@@ -3,6 +3,8 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
 
     python tuned_examples/search_sft.py --workflow mempo            # what is shipped for MemPO
     python tuned_examples/search_sft.py --workflow mem1 --steps 20 --out /tmp/x   # a short try
+    python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 4 8 \
+        --init tuned_examples/checkpoints/react_search_sft --out runs/mixed     # one stage on mixed task sizes
 
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from memrl import sft
 from tuned_examples.common import RUNS, default_model
-from tuned_examples.search_agents import CHECKPOINTS, env_config, workflow_config
+from tuned_examples.search_agents import CHECKPOINTS, NUM_OBJECTIVES, env_config, workflow_config
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class Stage:
     """Optimizer steps (32 expert calls each, lr 1e-3 constant)."""
     num_train_tasks: int
     """Expert episodes on seeds 0 .. num_train_tasks - 1; held-out episodes come from the next seeds."""
+    objectives: tuple[int, ...] = (NUM_OBJECTIVES,)
+    """Questions per episode, taken in turn by seed (each with the CPU task's turn budget for its count): more
+    than one count teaches a policy to search for every question of a task, whatever their number."""
 
 
 STAGES = {
@@ -46,12 +51,14 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
-    config = sft.SFTConfig(env="memrl/Search-v0", env_config=env_config(), workflow=workflow,
+    task_options = [{"num_objectives": n, "max_turns": env_config(n)["max_turns"]} for n in stage.objectives]
+    config = sft.SFTConfig(env="memrl/Search-v0", env_config=env_config(max(stage.objectives)), workflow=workflow,
                            workflow_config=workflow_config(workflow),
                            model_path=str(Path(init or default_model()).resolve()), out=str(out.resolve()),
                            steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
                            token_budget=8192, num_train_tasks=stage.num_train_tasks, num_eval_tasks=num_eval_tasks,
-                           eval_every=min(400, stage.steps), seed=0)
+                           eval_every=min(400, stage.steps), seed=0,
+                           task_options=task_options if len(stage.objectives) > 1 else [])
     return sft.run(config)
 
 
@@ -77,13 +84,16 @@ def main() -> None:
     p.add_argument("--workflow", choices=sorted(STAGES), required=True, help="which warm-start to build")
     p.add_argument("--steps", type=int, help="one stage of this many optimizer steps instead of the full build")
     p.add_argument("--num-train-tasks", type=int, default=2000, help="expert episodes to train on (with --steps)")
+    p.add_argument("--objectives", type=int, nargs="+", default=[NUM_OBJECTIVES],
+                   help="questions per expert episode, several counts taken in turn (with --steps)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS, help="directory that receives <workflow>_search_sft")
     args = p.parse_args()
     out = args.out / f"{args.workflow}_search_sft"
     if args.steps:
-        build(args.workflow, out, Stage(args.steps, args.num_train_tasks), args.num_eval_tasks, args.init)
+        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives))
+        build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:
         if args.init:
             p.error("--init needs --steps: a full build starts from the embedded tiny model")

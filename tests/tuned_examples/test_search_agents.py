@@ -74,7 +74,7 @@ def test_cpu_task_names_bad_workflows():
 @pytest.mark.slow
 def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # earlier stages go under runs/
-    stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6))
+    stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6, objectives=(1, 3)))
     summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=4)
     written = json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())
     assert written["config"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
@@ -83,6 +83,11 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     assert first["final"]["step"] == 2 and first["config"]["num_train_tasks"] == 4
     assert written["config"]["model_path"] == first["config"]["out"]
     assert written["config"]["num_train_tasks"] == 6
+    # ... and mixes one- and three-question episodes, each with the CPU task's turn budget for its size.
+    assert first["config"]["task_options"] == [] and first["config"]["env_config"]["num_objectives"] == 2
+    assert written["config"]["env_config"]["num_objectives"] == 3
+    assert written["config"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
+                                                  {"num_objectives": 3, "max_turns": 8}]
 
 
 @pytest.mark.slow
