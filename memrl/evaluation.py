@@ -79,6 +79,7 @@ def evaluate_checkpoint(
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results = []
     try:
+        ray.get(actor.max_model_len.remote())  # the engine is up: its start-up stays out of the first sample_s
         for env_config in env_configs:
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
