@@ -1,13 +1,15 @@
 """MEM1's Table 1 for the search agents: accuracy and cost against the number of questions per task.
 
-    python tuned_examples/search_eval.py                       # every policy that exists, 1-16 objectives
+    python tuned_examples/search_eval.py                       # the shipped policies (and RL runs), 1-16 objectives
     python tuned_examples/search_eval.py --policy MemPO=runs/mempo_grpo/model:mempo --objectives 1 2 4
 
 Per policy and number of objectives N (tasks of N questions on the CPU task of tuned_examples/search_agents.py,
 with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95% interval over tasks), peak tokens
 per call (mean over tasks of each task's largest call, and the largest of all), dependency (MEM1's measure of
 the tokens each generated token depends on, summed over a task), the share of tasks whose history outgrew the
-model's context (a full-history baseline at large N) and seconds per task (greedy, batched, one engine). Writes search_table.json, search_table.md and search_table.png to --out.
+model's context (a full-history baseline at large N) and seconds per task (greedy, batched, one engine). The JSON
+also holds ReAct's peak over each policy's at the largest N (react_peak_ratio) and each policy's peak at its
+largest N over its smallest (peak_growth). Writes search_table.json, search_table.md and search_table.png to --out.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ EXAMPLES = {"MEM1": ("mem1_ppo", "mem1"), "MemSearcher": ("memsearcher_grpo", "m
 
 
 def default_policies() -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, workflow) of every trained policy and warm-start that exists, and the ReAct baselines."""
+    """(name, checkpoint, workflow) of each method's warm-start trained on 1 to 8 questions per task, every RL policy
+    trained by a tuned example (on two questions) that exists, and the ReAct baselines."""
     found = []
     for name, (example, workflow) in EXAMPLES.items():
-        for label, path in ((f"RL-{name}", RUNS / example / "model"), (f"{name} warm-start", warm_start(workflow))):
+        for label, path in ((name, warm_start(workflow, multi=True)), (f"RL-{name} (2 questions)",
+                                                                      RUNS / example / "model")):
             if (path / "config.json").is_file():
                 found.append((label, path, workflow))
-    react = warm_start("react")
+    react = warm_start("react", multi=True)
     if (react / "config.json").is_file():
         found += [("ReAct", react, "react"), ("ReAct (truncated)", react, "react_truncated")]
     return found
@@ -52,6 +56,7 @@ def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tas
     for n, (summary, trajectories) in zip(objectives, results):
         em = [t.metrics.get("em", 0.0) for t in trajectories]
         mean, low, high = reward_interval(em)
+        low, high = max(low, 0.0), min(high, 1.0)  # a task's EM is a share of its questions: never outside [0, 1]
         rows.append({"policy": name, "workflow": workflow, "objectives": n, "num_tasks": len(trajectories),
                      "em": mean, "em_ci_low": low, "em_ci_high": high, "f1": summary.get("f1_mean", 0.0),
                      "peak_tokens": summary["peak_context_tokens_mean"],
@@ -83,6 +88,15 @@ def peak_ratio(rows: list[dict], baseline: str = "ReAct") -> dict[str, float]:
         shared = sorted(set(base) & set(own))
         if name != baseline and shared:
             out[f"{name} @ {shared[-1]}"] = base[shared[-1]] / own[shared[-1]]
+    return out
+
+
+def peak_growth(rows: list[dict]) -> dict[str, float]:
+    """Each policy's peak tokens per call at its largest N over those at its smallest: 1 is flat, N_max/N_min linear."""
+    out = {}
+    for name in dict.fromkeys(r["policy"] for r in rows):
+        own = sorted((r["objectives"], r["peak_tokens"]) for r in rows if r["policy"] == name)
+        out[f"{name} {own[0][0]} -> {own[-1][0]}"] = own[-1][1] / own[0][1]
     return out
 
 
@@ -122,7 +136,8 @@ def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks:
     rows = []
     for name, path, workflow in policies:
         rows += measure(name, path, workflow, objectives, num_tasks, engine)
-        result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "num_tasks": num_tasks, "engine": engine}
+        result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "peak_growth": peak_growth(rows),
+                  "num_tasks": num_tasks, "engine": engine}
         (out / "search_table.json").write_text(json.dumps(result, indent=1))
         (out / "search_table.md").write_text(markdown(rows))
         plot(rows, out / "search_table.png")
@@ -151,6 +166,7 @@ def main() -> None:
     result = run(policies, args.objectives, args.num_tasks, args.engine, args.out)
     print(markdown(result["rows"]))
     print("ReAct peak tokens per call over each policy's:", json.dumps(result["react_peak_ratio"]))
+    print("Peak tokens per call, largest N over smallest:", json.dumps(result["peak_growth"]))
     print(f"wrote {args.out}")
 
 
