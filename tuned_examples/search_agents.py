@@ -60,9 +60,10 @@ def workflow_config(workflow: str) -> dict:
                      "react_truncated")
 
 
-def warm_start(workflow: str) -> Path:
-    """The shipped warm-start checkpoint of `workflow` on the CPU task."""
-    return CHECKPOINTS / f"{workflow}_search_sft"
+def warm_start(workflow: str, multi: bool = False) -> Path:
+    """The shipped warm-start checkpoint of `workflow` on the CPU task; multi=True: the one that went on to tasks of
+    1, 2, 4 and 8 questions (search_sft.py --multi)."""
+    return CHECKPOINTS / f"{workflow}{'_multi' if multi else ''}_search_sft"
 
 
 def paper_env_config(reward: str, max_turns: int, qa_path: str | None = None, retriever: str | None = None) -> dict:

@@ -2,14 +2,16 @@
 expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per workflow.
 
     python tuned_examples/search_sft.py --workflow mempo            # what is shipped for MemPO
+    python tuned_examples/search_sft.py --workflow mempo --multi    # its Table-1 version: 1, 2, 4 and 8 questions
     python tuned_examples/search_sft.py --workflow mem1 --steps 20 --out /tmp/x   # a short try
-    python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 4 8 \
+    python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 3 4 \
         --init tuned_examples/checkpoints/react_search_sft --out runs/mixed     # one stage on mixed task sizes
 
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
 NLL, per-call exact match, greedy reward with its 95% interval, wall time; earlier stages' summaries under
-"earlier_stages").
+"earlier_stages"). --multi continues the shipped <workflow>_search_sft with the MULTI stage and writes
+<out>/<workflow>_multi_search_sft, the policy search_eval.py measures.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from memrl import sft
 from tuned_examples.common import RUNS, default_model
-from tuned_examples.search_agents import CHECKPOINTS, NUM_OBJECTIVES, env_config, workflow_config
+from tuned_examples.search_agents import CHECKPOINTS, NUM_OBJECTIVES, env_config, warm_start, workflow_config
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class Stage:
     """Questions per episode, taken in turn by seed (each with the CPU task's turn budget for its count): more
     than one count teaches a policy to search for every question of a task, whatever their number."""
 
+
+MULTI = Stage(400, 2000, (1, 2, 4, 8))
+"""The stage that takes a shipped two-question warm-start to tasks of 1, 2, 4 and 8 questions (--multi): a policy
+trained on two questions alone answers two questions whatever it is asked, so MEM1's Table 1 (1 to 16 questions,
+search_eval.py) evaluates these instead."""
 
 STAGES = {
     "mem1": (Stage(400, 2000), Stage(800, 4000)),
@@ -79,9 +86,27 @@ def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_task
     return summary
 
 
+def with_earlier_stages(summary: dict, base: Path) -> dict:
+    """`summary` with the stages of the checkpoint `base` it continued from (their summaries, oldest first) under
+    "earlier_stages", written back to its checkpoint."""
+    earlier = json.loads((base / sft.SUMMARY_FILE).read_text())
+    summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
+    (Path(summary["config"]["out"]) / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def build_multi(workflow: str, out: Path, num_eval_tasks: int, stage: Stage = MULTI, base: Path | None = None) -> dict:
+    """`stage` (default MULTI) from the checkpoint `base` (default: the shipped <workflow>_search_sft), written to
+    `out`; its summary carries every earlier stage's."""
+    base = base or warm_start(workflow)
+    return with_earlier_stages(build(workflow, out, stage, num_eval_tasks, init=str(base)), base)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workflow", choices=sorted(STAGES), required=True, help="which warm-start to build")
+    p.add_argument("--multi", action="store_true",
+                   help="build <workflow>_multi_search_sft: the shipped warm-start trained on 1, 2, 4 and 8 questions")
     p.add_argument("--steps", type=int, help="one stage of this many optimizer steps instead of the full build")
     p.add_argument("--num-train-tasks", type=int, default=2000, help="expert episodes to train on (with --steps)")
     p.add_argument("--objectives", type=int, nargs="+", default=[NUM_OBJECTIVES],
@@ -91,7 +116,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=CHECKPOINTS, help="directory that receives <workflow>_search_sft")
     args = p.parse_args()
     out = args.out / f"{args.workflow}_search_sft"
-    if args.steps:
+    if args.multi:
+        if args.steps or args.init:
+            p.error("--multi runs the MULTI stage from the shipped warm-start; leave out --steps and --init")
+        build_multi(args.workflow, args.out / f"{args.workflow}_multi_search_sft", args.num_eval_tasks)
+    elif args.steps:
         stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives))
         build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:

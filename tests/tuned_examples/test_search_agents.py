@@ -11,7 +11,7 @@ from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
 from tuned_examples.common import train
-from tuned_examples.search_agents import MAX_TOKENS, env_config, workflow_config
+from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
 
 WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")
 
@@ -88,6 +88,26 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     assert written["config"]["env_config"]["num_objectives"] == 3
     assert written["config"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
                                                   {"num_objectives": 3, "max_turns": 8}]
+    # --multi's build goes on from a finished warm-start and keeps all its stages.
+    multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
+                                   stage=search_sft.Stage(1, 4, (1, 4)), base=tmp_path / "mempo")
+    assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == multi
+    assert multi["config"]["model_path"] == str((tmp_path / "mempo").resolve())
+    assert [s["final"]["step"] for s in multi["earlier_stages"]] == [2, 1]
+    assert [o["num_objectives"] for o in multi["config"]["task_options"]] == [1, 4]
+
+
+def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no RL runs here
+    policies = search_eval.default_policies()
+    assert [(name, workflow) for name, _, workflow in policies] == [
+        ("MEM1", "mem1"), ("MemSearcher", "memsearcher"), ("MemPO", "mempo"), ("ReAct", "react"),
+        ("ReAct (truncated)", "react_truncated")]
+    for _, path, workflow in policies:
+        assert path == warm_start(workflow.removesuffix("_truncated"), multi=True)
+        summary = json.loads((path / SUMMARY_FILE).read_text())
+        assert [o["num_objectives"] for o in summary["config"]["task_options"]] == [1, 2, 4, 8]
+        assert summary["earlier_stages"]  # it went on from the two-question warm-start
 
 
 @pytest.mark.slow
@@ -101,6 +121,8 @@ def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
         assert r["peak_tokens"] <= r["peak_tokens_max"] and r["dependency"] > 0 and r["seconds_per_task"] > 0
         assert r["context_overflow"] == 0.0  # two questions fit the tiny model's 4096 positions
     assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
+    assert list(result["peak_growth"]) == ["MEM1 1 -> 2", "ReAct 1 -> 2"]
+    assert result["peak_growth"]["ReAct 1 -> 2"] == rows[3]["peak_tokens"] / rows[2]["peak_tokens"]
     assert (tmp_path / "search_table.md").read_text().count("\n") == 2 + len(rows)
     assert (tmp_path / "search_table.png").stat().st_size > 10_000
 
