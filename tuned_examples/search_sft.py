@@ -113,7 +113,8 @@ def main() -> None:
                    help="questions per expert episode, several counts taken in turn (with --steps)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
-    p.add_argument("--out", type=Path, default=CHECKPOINTS, help="directory that receives <workflow>_search_sft")
+    p.add_argument("--out", type=Path, default=CHECKPOINTS,
+                   help="directory that receives <workflow>_search_sft (with --multi: <workflow>_multi_search_sft)")
     args = p.parse_args()
     out = args.out / f"{args.workflow}_search_sft"
     if args.multi:
