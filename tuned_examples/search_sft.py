@@ -54,7 +54,7 @@ STAGES = {
 on with twice the episodes."""
 
 
-def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | None = None) -> dict:
+def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None) -> dict:
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
@@ -72,17 +72,13 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
 def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_tasks: int) -> dict:
     """Run `stages` in order (each from the previous one's weights) and write the last to `out`; its summary
     carries the earlier stages' summaries."""
-    earlier, init = [], None
+    init = None
     for i, stage in enumerate(stages):
-        last = i == len(stages) - 1
-        stage_out = out if last else RUNS / "search_sft" / f"{workflow}_stage{i + 1}"
+        stage_out = out if i == len(stages) - 1 else RUNS / "search_sft" / f"{workflow}_stage{i + 1}"
         summary = build(workflow, stage_out, stage, num_eval_tasks, init)
-        init = str(stage_out)
-        if not last:
-            earlier.append(summary)
-    if earlier:
-        summary["earlier_stages"] = earlier
-        (out / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+        if init:
+            summary = with_earlier_stages(summary, init)
+        init = stage_out
     return summary
 
 
