@@ -24,6 +24,7 @@ class EnvRunnerGroup:
             raise ValueError(f"num_runners must be >= 1, got {num_runners}")
         if not engines:
             raise ValueError("EnvRunnerGroup needs at least one engine actor")
+        self.spec = spec
         self.max_restarts = max_restarts
         actor_cls = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(EnvRunner)
         self.runners = [actor_cls.remote(spec, engines[i % len(engines)], i) for i in range(num_runners)]

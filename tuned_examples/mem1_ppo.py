@@ -8,7 +8,7 @@ GPUs, the paper's preset: python tuned_examples/mem1_ppo.py --model /ckpt/Qwen2.
 The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
 the CPU task of tuned_examples/search_agents.py (two questions per task, MEM1's summed exact match, 0-2), trains
 with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic learners (the critic starts from
-the warm-start's backbone), and evaluates on 1000 held-out tasks before and after. The policy is written to
+the warm-start's backbone), and evaluates on 2000 held-out tasks before and after. The policy is written to
 <out>/model.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from memrl.algorithms import PPOConfig
 from tuned_examples.common import size_for_gpus
 from tuned_examples.search_agents import (
+    HELDOUT,
     MAX_TOKENS,
     env_config,
     paper_env_config,
@@ -27,8 +28,8 @@ from tuned_examples.search_agents import (
     workflow_config,
 )
 
-CPU_ITERATIONS = 45
-"""Training iterations of the CPU default (about 18 s each)."""
+CPU_ITERATIONS = 43
+"""Training iterations of the CPU default (about 20 s each)."""
 PAPER = {"tasks_per_iteration": 64, "lr": 1e-6, "critic_lr": 1e-5, "max_turns": 6, "max_tokens": 1024}
 """MEM1's published RL settings (appendix: batch and mini-batch 64, actor lr 1e-6, critic lr 1e-5, temperature 1,
 6 turns in training)."""
@@ -45,7 +46,7 @@ def config(model: str | Path | None = None) -> PPOConfig:
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
             .training(lr=1e-4, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=64)
-            .evaluation(evaluation_num_tasks=1000)
+            .evaluation(**HELDOUT)
             .debugging(seed=0, wandb_project="memrl-mem1"))
 
 

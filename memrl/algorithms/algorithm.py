@@ -83,13 +83,14 @@ class Algorithm(tune.Trainable):
             self._wandb = wandb.init(project=dbg.wandb_project, config=self.cfg.to_dict(), mode=mode,
                                      reinit="create_new")
 
-    def _runner_spec(self, env_overrides: dict, temperature: float) -> EnvRunnerSpec:
-        """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`."""
+    def _runner_spec(self, env_overrides: dict, temperature: float, num_envs: int | None = None) -> EnvRunnerSpec:
+        """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`,
+        with `num_envs` episodes in flight (None: env_runners.num_envs_per_env_runner)."""
         env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
         sampling = dataclasses.replace(run.sampling(), temperature=temperature)
         return EnvRunnerSpec(env=env.env, env_config={**env.env_config, **env_overrides}, workflow=run.workflow,
                              workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
-                             sampling=sampling, num_envs=run.num_envs_per_env_runner,
+                             sampling=sampling, num_envs=num_envs or run.num_envs_per_env_runner,
                              max_calls=run.max_calls_per_episode)
 
     def _make_engine(self, index: int):
@@ -293,8 +294,8 @@ class Algorithm(tune.Trainable):
         if self._eval_group is None or overrides != self._eval_overrides:
             if self._eval_group is not None:
                 self._eval_group.shutdown()
-            self._eval_group = EnvRunnerGroup(self._runner_spec(overrides, ev.evaluation_temperature), self.engines,
-                                              self.cfg.env_runners_cfg.num_env_runners)
+            spec = self._runner_spec(overrides, ev.evaluation_temperature, ev.evaluation_num_envs_per_env_runner)
+            self._eval_group = EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners)
             self._eval_overrides = overrides
         return sample_heldout(self._eval_group, n, self.seed)
 

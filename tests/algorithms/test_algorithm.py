@@ -19,7 +19,7 @@ def _config(checkpoint, engine: str) -> DAPOConfig:
                          max_tokens=6)
             .learners(model_path=str(checkpoint), num_learners=2, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, dynamic_sampling=False)
-            .evaluation(evaluation_num_tasks=4)
+            .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=2)
             .debugging(seed=3))
 
 
@@ -89,6 +89,7 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     evaluation = algo.evaluate()
     assert evaluation["num_tasks"] == 4
+    assert algo._eval_group.spec.num_envs == 2 and algo.env_runner_group.spec.num_envs == 4
     assert evaluation["reward_ci_low"] <= evaluation["reward_mean"] <= evaluation["reward_ci_high"]
     algo.stop()
 
