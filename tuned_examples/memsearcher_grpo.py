@@ -8,7 +8,11 @@ GPUs, the paper's preset: python tuned_examples/memsearcher_grpo.py --model /ckp
 The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
 the CPU task of tuned_examples/search_agents.py (two questions per task), rewards MemSearcher's F1 (0.1 for a
 well-formed episode whose answers miss), trains on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates
-on 1000 held-out tasks before and after. The policy is written to <out>/model.
+on 2000 held-out tasks before and after. The policy is written to <out>/model.
+
+The CPU default does not divide advantages by the group's std (the paper's preset does): with the 0.1 floor, a
+group whose rollouts differ only in a format slip (rewards 0.1 and 0) would otherwise weigh as much as one with a
+right answer, and the tiny model's sampled rollouts slip often.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from memrl.algorithms import GRPOConfig
 from tuned_examples.common import size_for_gpus
 from tuned_examples.search_agents import (
+    HELDOUT,
     MAX_TOKENS,
     env_config,
     paper_env_config,
@@ -35,7 +40,8 @@ rollouts, temperature 1, KL 1e-3, clip 0.2; 5 turns in training, a memory of at 
 
 
 def config(model: str | Path | None = None) -> GRPOConfig:
-    """The CPU default: 12 tasks x 5 trajectories per iteration, one vLLM engine, two ZeRO-3 learners."""
+    """The CPU default: 8 tasks x 8 trajectories per iteration, advantages against the group mean, one vLLM engine,
+    two ZeRO-3 learners."""
     model = str(model or warm_start("memsearcher"))
     return (GRPOConfig()
             .environment("memrl/Search-v0", env_config={**env_config(), "reward": "f1"})
@@ -43,8 +49,8 @@ def config(model: str | Path | None = None) -> GRPOConfig:
                          workflow_config=workflow_config("memsearcher"), engine="vllm", max_tokens=MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=12, group_size=5)
-            .evaluation(evaluation_num_tasks=1000)
+            .training(lr=1e-4, tasks_per_iteration=8, group_size=8, norm_adv_by_std=False)
+            .evaluation(**HELDOUT)
             .debugging(seed=0, wandb_project="memrl-memsearcher"))
 
 
