@@ -1,5 +1,5 @@
 """MemSearcher: a search agent that carries only the question and its own <memory> from call to call, trained with
-multi-context GRPO (the trajectory's std-normalised advantage on every one of its conversations).
+multi-context GRPO (the trajectory's group advantage on every one of its conversations).
 
 CPU default:              python tuned_examples/memsearcher_grpo.py
 GPUs, the paper's preset: python tuned_examples/memsearcher_grpo.py --model /ckpt/Qwen2.5-7B-Instruct --num-gpus 8 \\
