@@ -35,9 +35,12 @@ MEMSEARCHER_SYSTEM = ("Call wikipedia_search in <tool_call></tool_call>, keep a 
                       "found, and write the answers in \\boxed{{}}.")
 """MemSearcher's short system prompt on the CPU task."""
 
-HELDOUT = {"evaluation_num_tasks": 2000, "evaluation_num_envs_per_env_runner": 1000}
-"""Held-out evaluation of the MEM1 and MemSearcher CPU defaults: 2000 tasks, narrowing the reward's 95% interval
-to about +-0.03, all in flight at once over the two env runners (about twice as fast as 32 at a time)."""
+HELDOUT_TASKS = 2000
+"""Held-out tasks of the MEM1 and MemSearcher CPU defaults: enough to narrow the reward's 95% interval to about
++-0.03."""
+HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_runner": HELDOUT_TASKS // 2}
+"""Their evaluation settings: every held-out task in flight at once over the CPU defaults' two env runners (about
+twice as fast as 32 at a time)."""
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-starts live: <workflow>_search_sft."""
