@@ -12,7 +12,9 @@ on 2000 held-out tasks before and after. The policy is written to <out>/model.
 
 The CPU default does not divide advantages by the group's std (the paper's preset does): with the 0.1 floor, a
 group whose rollouts differ only in a format slip (rewards 0.1 and 0) would otherwise weigh as much as one with a
-right answer, and the tiny model's sampled rollouts slip often.
+right answer, and the tiny model's sampled rollouts slip often. It also samples at temperature 0.7 (the paper's
+is 1): the tiny model's rollouts at 1 stray far from its greedy ones, and at 0.7 training moves the greedy policy
+about twice as far (held-out +0.044 against +0.024 in the same 40 iterations).
 """
 
 from __future__ import annotations
@@ -40,14 +42,14 @@ rollouts, temperature 1, KL 1e-3, clip 0.2; 5 turns in training, a memory of at 
 
 
 def config(model: str | Path | None = None) -> GRPOConfig:
-    """The CPU default: 8 tasks x 8 trajectories per iteration, advantages against the group mean, one vLLM engine,
-    two ZeRO-3 learners."""
+    """The CPU default: 8 tasks x 8 trajectories per iteration sampled at temperature 0.7, advantages against the
+    group mean, one vLLM engine, two ZeRO-3 learners."""
     model = str(model or warm_start("memsearcher"))
     return (GRPOConfig()
             .environment("memrl/Search-v0", env_config={**env_config(), "reward": "f1"})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memsearcher",
                          workflow_config=workflow_config("memsearcher"), engine="vllm", max_tokens=MAX_TOKENS,
-                         engine_config={"kv_cache_bytes": 256 * 1024**2})
+                         temperature=0.7, engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
             .training(lr=1e-4, tasks_per_iteration=8, group_size=8, norm_adv_by_std=False)
             .evaluation(**HELDOUT)
