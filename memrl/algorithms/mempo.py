@@ -4,15 +4,19 @@ Every token gets its trajectory's group-normalised advantage A^T. Each memory th
 the learner's own model: R^M = P(gold answer | questions + this memory alone) - P(gold answer | the context the
 memory was written from), with P the geometric mean of the answer tokens' probabilities. The R^M of all memories
 in a group (every step of every trajectory of one task) are normalised by the group's mean and std into A^M,
-which is added on that memory's `<mem>` tokens only. The probes to score come from the workflow (mempo).
+which is added on that memory's `<mem>` tokens only (scaled by `memory_advantage_coef`; the paper adds it as it
+is). The probes to score come from the workflow (mempo).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import GRPOConfig
+from memrl.config import TrainingConfig
 from memrl.episode import Trajectory
 from memrl.learner.advantages import group_advantages, memory_rewards
 from memrl.learner.stitching import stitch
@@ -21,8 +25,28 @@ MEMORY_SPAN = "mem"
 """The span (Conversation.spans) the memory advantage lands on."""
 
 
+@dataclass
+class MemPOTrainingConfig(TrainingConfig):
+    """TrainingConfig plus the weight of the memory advantage."""
+
+    memory_advantage_coef: float = 1.0
+    """A^M is multiplied by this before it is added on the `<mem>` tokens; >= 0. 1 is the paper's sum A^T + A^M, 0
+    leaves plain GRPO on the mempo workflow. A probe the policy reads poorly makes A^M noisy, and a smaller weight
+    keeps that noise from drowning A^T on the memory tokens."""
+
+
 class MemPOConfig(GRPOConfig):
     """GRPO's defaults (std-normalised group advantages, clip 0.2); workflow "mempo" supplies the memory probes."""
+
+    def __init__(self):
+        super().__init__()
+        self.training_cfg = MemPOTrainingConfig(**vars(self.training_cfg))
+
+    def validate(self) -> None:
+        super().validate()
+        coef = self.training_cfg.memory_advantage_coef
+        if not coef >= 0:
+            raise ValueError(f"training.memory_advantage_coef={coef!r} is not allowed; it must be >= 0")
 
 
 class MemPO(Algorithm):
@@ -34,13 +58,15 @@ class MemPO(Algorithm):
 
     def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
         super().compute_advantages(trajectories, rows)
-        return add_memory_advantages(trajectories, rows, self.cfg.training_cfg.stitch_trajectories,
-                                     lambda score_rows: self.learner_group.compute_logprobs(score_rows)[0])
+        train = self.cfg.training_cfg
+        return add_memory_advantages(trajectories, rows, train.stitch_trajectories,
+                                     lambda score_rows: self.learner_group.compute_logprobs(score_rows)[0],
+                                     train.memory_advantage_coef)
 
 
 def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], stitched: bool,
-                          score) -> dict[str, float]:
-    """Add A^M to rows' "advantages" on each memory's span tokens; returns the batch's memory figures.
+                          score, coef: float = 1.0) -> dict[str, float]:
+    """Add coef * A^M to rows' "advantages" on each memory's span tokens; returns the batch's memory figures.
 
     `score(rows)` gives per-row logprobs of each row's response (the gold answer) after its prompt (a probe
     context). Rows come from Algorithm.build_rows(trajectories, stitched) with advantages already set.
@@ -61,7 +87,7 @@ def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, n
     for (i, k), advantage in zip(memories, advantages):
         row, positions = where[i][k]
         for start, end in trajectories[i].conversations[k].spans[MEMORY_SPAN]:
-            rows[row]["advantages"][positions[start:end]] += np.float32(advantage)
+            rows[row]["advantages"][positions[start:end]] += np.float32(coef * advantage)
     return {"memory_count": float(len(memories)), "memory_reward_mean": float(rewards.mean()),
             "memory_p_gold_mean": float(np.mean([np.exp(np.mean(lp)) for lp in logprobs[0::2]]))}
 

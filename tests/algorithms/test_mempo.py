@@ -44,8 +44,8 @@ def _fake_score(rows):
             for r in rows]
 
 
-@pytest.mark.parametrize("stitched", [False, True])
-def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched):
+@pytest.mark.parametrize("stitched, coef", [(False, 1.0), (True, 1.0), (True, 0.25)])
+def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched, coef):
     # One group, two trajectories. Trajectory 0 writes a memory worth p = 0.9 (tokens 1..3 of its first reply)
     # and one worth 0.3; trajectory 1 one worth 0.4 and a final call without a memory.
     t0 = Trajectory([_conversation([1, 2], [10, 11, 12, 13, 14], span=(1, 4), answer_prob=90),
@@ -56,10 +56,10 @@ def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched):
     rows = Algorithm.build_rows(trajectories, stitched=stitched)
     Algorithm.assign_advantages(rows, trajectories, np.array([0.7, -0.7]))
     before = [row["advantages"].copy() for row in rows]
-    figures = add_memory_advantages(trajectories, rows, stitched, _fake_score)
+    figures = add_memory_advantages(trajectories, rows, stitched, _fake_score, coef)
 
     rewards = np.array([0.9, 0.3, 0.4]) - 0.1
-    expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
+    expected = coef * (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
     assert figures["memory_count"] == 3 and figures["memory_reward_mean"] == pytest.approx(rewards.mean())
     # Where each conversation's response sits in its row: plain rows are the conversations themselves; a stitched
     # row holds a trajectory's replies after the context tokens each later call added (here 1 token each).
@@ -75,6 +75,20 @@ def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched):
     for row, old, extra in zip(rows, before, added, strict=True):
         np.testing.assert_allclose(row["advantages"], old + extra, rtol=1e-6, atol=1e-6)
     assert sum(int(np.count_nonzero(a)) for a in added) == 3 + 2 + 1  # the <mem> tokens, nothing else
+
+
+def test_memory_advantage_coef_is_a_mempo_training_setting():
+    from memrl.algorithms import MemPOConfig
+
+    def config(**training):
+        return MemPOConfig().environment("memrl/Search-v0").learners(model_path=str(WARM_START)).training(**training)
+
+    cfg = config(memory_advantage_coef=0.25, lr=1e-4)
+    cfg.validate()
+    assert cfg.training_cfg.memory_advantage_coef == 0.25 and cfg.training_cfg.norm_adv_by_std  # GRPO's defaults kept
+    assert MemPOConfig().training_cfg.memory_advantage_coef == 1.0  # the paper's A^T + A^M
+    with pytest.raises(ValueError, match="memory_advantage_coef=-0.5 is not allowed; it must be >= 0"):
+        config(memory_advantage_coef=-0.5).validate()
 
 
 def test_no_probes_leave_advantages_alone():
