@@ -7,10 +7,16 @@ GPUs, the paper's preset: python tuned_examples/mempo_grpo.py --model /ckpt/Qwen
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
 the CPU task of tuned_examples/search_agents.py (two questions per task over the synthetic encyclopedia), trains
-with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 1000 held-out tasks before and
+with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 2000 held-out tasks before and
 after. The CPU reward is MEM1's summed exact match (0-2 per task): the tiny warm-start answers both questions
 too rarely for MemPO's all-or-nothing answer-and-format reward, which the GPU preset keeps, to give a group
 anything to compare. The policy is written to <out>/model.
+
+Two CPU settings differ from the paper's, which the GPU preset keeps. The memory advantage is added at a quarter
+of its weight (memory_advantage_coef=0.25): the tiny warm-start reads the memory probe (an answer right after a
+memory) poorly, so A^M is mostly noise on the <mem> tokens. Rollouts are sampled at temperature 0.7 (the paper's
+is 1), where they stay closer to the greedy policy that is evaluated. Held-out change on 2000 tasks, 60
+iterations: weight 1 at temperature 1 +0.040, weight 0.25 +0.058, both together +0.093.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from memrl.algorithms import MemPOConfig
 from tuned_examples.common import size_for_gpus
 from tuned_examples.search_agents import (
+    HELDOUT,
     MAX_TOKENS,
     env_config,
     paper_env_config,
@@ -28,23 +35,24 @@ from tuned_examples.search_agents import (
     workflow_config,
 )
 
-CPU_ITERATIONS = 50
+CPU_ITERATIONS = 60
 """Training iterations of the CPU default (about 15 s each)."""
 PAPER = {"group_size": 16, "lr": 1e-6, "max_turns": 16, "tasks_per_iteration": 8, "kl_coef": 1e-3}
 """MemPO's published RL settings (paper, section 5.1: group 16, batch 128 trajectories, lr 1e-6, 16 rounds)."""
 
 
 def config(model: str | Path | None = None) -> MemPOConfig:
-    """The CPU default: 8 tasks x 8 trajectories per iteration, one vLLM engine, two ZeRO-3 learners."""
+    """The CPU default: 8 tasks x 8 trajectories per iteration sampled at temperature 0.7, the memory advantage at
+    a quarter of its weight, one vLLM engine, two ZeRO-3 learners."""
     model = str(model or warm_start("mempo"))
     return (MemPOConfig()
             .environment("memrl/Search-v0", env_config=env_config())
             .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="mempo",
                          workflow_config=workflow_config("mempo"), engine="vllm", max_tokens=MAX_TOKENS,
-                         engine_config={"kv_cache_bytes": 256 * 1024**2})
+                         temperature=0.7, engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
-            .evaluation(evaluation_num_tasks=1000)
+            .training(lr=1e-4, tasks_per_iteration=8, group_size=8, memory_advantage_coef=0.25)
+            .evaluation(**HELDOUT)
             .debugging(seed=0, wandb_project="memrl-mempo"))
 
 
