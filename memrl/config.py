@@ -62,7 +62,8 @@ class EnvRunnersConfig:
     max_tokens: int = 64
     """Most new tokens per call."""
     temperature: float = 1.0
-    """Sampling temperature for training rollouts."""
+    """Sampling temperature for training rollouts. The learner trains the model's own distribution (logits not
+    divided by it) on them, as the engine's logprobs are; below 1 this keeps training near the greedy policy."""
     top_p: float = 1.0
     """Nucleus sampling mass for training rollouts."""
 
