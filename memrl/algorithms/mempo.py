@@ -82,12 +82,12 @@ def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, n
                        {"prompt_ids": probes["prefix"], "response_ids": probes["answer"]}]
     logprobs = score(score_rows)
     rewards = memory_rewards(logprobs[0::2], logprobs[1::2])
-    advantages = group_advantages(rewards, [trajectories[i].group_id for i, _ in memories], norm_std=True)
+    advantages = coef * group_advantages(rewards, [trajectories[i].group_id for i, _ in memories], norm_std=True)
     where = conversation_positions(trajectories, stitched)
     for (i, k), advantage in zip(memories, advantages):
         row, positions = where[i][k]
         for start, end in trajectories[i].conversations[k].spans[MEMORY_SPAN]:
-            rows[row]["advantages"][positions[start:end]] += np.float32(coef * advantage)
+            rows[row]["advantages"][positions[start:end]] += np.float32(advantage)
     return {"memory_count": float(len(memories)), "memory_reward_mean": float(rewards.mean()),
             "memory_p_gold_mean": float(np.mean([np.exp(np.mean(lp)) for lp in logprobs[0::2]]))}
 
