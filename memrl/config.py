@@ -21,10 +21,9 @@ from typing import Any
 
 from ray.tune.tune import _Config
 
+from memrl.engines import ENGINES
 from memrl.engines.base import SamplingConfig
 from memrl.learner.losses import LossConfig
-
-ENGINES = ("torch", "vllm")
 
 
 @dataclass
@@ -147,7 +146,7 @@ class EvaluationConfig:
 
 @dataclass
 class DebuggingConfig:
-    """Seeds and logging."""
+    """Seeds, logging and start-up checks."""
 
     seed: int = 0
     """Seeds task order, sampling and model init; the same seed reproduces a run."""
@@ -155,6 +154,10 @@ class DebuggingConfig:
     """wandb project to log to (offline unless WANDB_API_KEY is set); None disables wandb."""
     progress_bars: bool = True
     """Show tqdm bars on long loops."""
+    check_resources: bool = True
+    """Before any actor starts, check that the Ray cluster holds the CPUs and GPUs the actors reserve and fail at
+    once naming what is missing. Turn off on an autoscaling cluster (`ray up cluster.yaml`), whose nodes come only
+    when actors ask for them."""
 
 
 SECTIONS = {
@@ -231,7 +234,7 @@ class AlgorithmConfig(_Config):
         if not learn.model_path:
             raise ValueError("learners.model_path is not set; pass a local Hugging Face checkpoint directory")
         if run.engine not in ENGINES:
-            raise ValueError(f"env_runners.engine={run.engine!r} is not allowed; choose one of {ENGINES}")
+            raise ValueError(f"env_runners.engine={run.engine!r} is not allowed; choose one of {sorted(ENGINES)}")
         from memrl.workflows import WORKFLOWS
 
         if run.workflow not in WORKFLOWS:
@@ -264,11 +267,38 @@ class AlgorithmConfig(_Config):
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
         LossConfig(**dataclasses.asdict(train.loss))
 
+    def resources(self) -> tuple[dict[str, float], list[str]]:
+        """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words.
+
+        Learners and engines take one CPU each; env runners none (they wait on an engine)."""
+        run, learn = self.env_runners_cfg, self.learners_cfg
+        needs = {"CPU": float(learn.num_learners + run.num_engines),
+                 "GPU": learn.num_learners * learn.num_gpus_per_learner + run.num_engines * run.num_gpus_per_engine}
+        parts = [f"{learn.num_learners} learners x (1 CPU, {learn.num_gpus_per_learner:g} GPU)",
+                 f"{run.num_engines} engines x (1 CPU, {run.num_gpus_per_engine:g} GPU)"]
+        return needs, parts
+
+    def check_resources(self) -> None:
+        """Fail at once, naming the settings, when the running Ray cluster cannot hold the algorithm's actors (see
+        debugging.check_resources)."""
+        if not self.debugging_cfg.check_resources:
+            return
+        from memrl.cluster import check_resources
+
+        needs, parts = self.resources()
+        check_resources(needs, type(self).__name__, parts,
+                        ["learners(num_learners=..., num_gpus_per_learner=...)",
+                         "env_runners(num_engines=..., num_gpus_per_engine=...)"])
+
     def build(self):
-        """Validate and construct the Algorithm (starts Ray actors)."""
+        """Validate, start Ray if this process has not (sized for the actors), and construct the Algorithm (starts
+        its actors)."""
         self.validate()
         if self.algo_class is None:
             raise ValueError(f"{type(self).__name__} has no algo_class; use an algorithm's config, e.g. DAPOConfig")
+        from memrl.cluster import ensure_ray
+
+        ensure_ray(int(self.resources()[0]["CPU"]))
         return self.algo_class(config=self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,51 +8,26 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import ray
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from memrl.engines import start_engine
 from memrl.engines.base import SamplingConfig
-from memrl.env_runner import EnvRunnerSpec, Task, summarize
-from memrl.env_runner_group import EnvRunnerGroup
 from memrl.episode import Trajectory, from_arrow
-from memrl.stats import reward_interval
+from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.seeds import heldout_env_seeds, heldout_sampling_seed
+from memrl.stats import eval_summary
 
 
 def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
-    """`num_tasks` distinct odd env seeds drawn from `seed`: training draws even seeds, so they never overlap."""
-    rng = np.random.default_rng([seed, 2**31 - 1])
-    seeds = 2 * rng.choice(2**30, size=num_tasks, replace=False) + 1
-    return [Task(seed=int(s), group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
-
-
-def eval_summary(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Mean reward with its 95% interval (Wilson for 0/1 rewards, normal otherwise) plus the env's mean figures."""
-    mean, low, high = reward_interval([t.reward for t in trajectories])
-    return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
-            "num_tasks": float(len(trajectories))}
+    """The held-out tasks of `seed` (memrl.seeds.heldout_env_seeds: odd env seeds, disjoint from training's)."""
+    seeds = heldout_env_seeds(seed, num_tasks)
+    return [Task(seed=s, group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
 
 
 def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int) -> list[Trajectory]:
     """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` too; trajectories in task order."""
-    sampling_seed = int(np.random.SeedSequence([seed, 2**31 - 1]).generate_state(1)[0])
-    table, _ = group.sample(heldout_tasks(seed, num_tasks), seed=sampling_seed)
+    table, _ = group.sample(heldout_tasks(seed, num_tasks), seed=heldout_sampling_seed(seed))
     return from_arrow(table)
-
-
-def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, **engine_config):
-    """An inference engine actor ("vllm" or "torch") serving `model_path`.
-
-    Not inside the caller's placement group: under Tune that group holds only the trial actor itself."""
-    if engine == "vllm":
-        from memrl.engines.vllm_engine import VLLMEngine as engine_cls
-    elif engine == "torch":
-        from memrl.engines.torch_engine import TorchEngine as engine_cls
-    else:
-        raise ValueError(f"engine={engine!r} is not allowed; choose 'vllm' or 'torch'")
-    actor = ray.remote(num_cpus=1, num_gpus=num_gpus)(engine_cls).options(
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
-    return actor.remote(model_path, seed=seed, **engine_config)
 
 
 def evaluate_checkpoint(

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import dataclasses
 import inspect
 import json
-import os
 import textwrap
 import time
 from collections.abc import Iterable, Sequence
@@ -24,15 +24,17 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
-import ray
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from memrl.engines.base import InferenceEngine, SamplingConfig
+from memrl.cluster import ensure_ray
+from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
+from memrl.episode import Trajectory
 from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
+from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
 from memrl.stats import reward_interval
 from memrl.workflows import workflow_class
 
@@ -95,7 +97,8 @@ class SFTConfig:
             if not isinstance(getattr(self, name), dict):
                 raise ValueError(f"SFTConfig.{name} must be a dict of keyword arguments, got {getattr(self, name)!r}")
         if not isinstance(self.task_options, list) or not all(isinstance(o, dict) for o in self.task_options):
-            raise ValueError(f"SFTConfig.task_options must be a list of dicts (reset options), got {self.task_options!r}")
+            raise ValueError("SFTConfig.task_options must be a list of dicts (reset options), got "
+                             f"{self.task_options!r}")
         if not Path(self.model_path).is_dir():
             raise ValueError(f"SFTConfig.model_path {self.model_path!r} is not a local checkpoint directory")
         if not self.out:
@@ -116,54 +119,28 @@ def collect_expert_rows(
     """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1 (reset with
     `episode_options(task_options, seed)`), one row per LLM call.
 
-    The loop is the env runner's (reset -> prompt_ids -> response -> on_response -> step -> observe) with the
-    expert's response in place of the model's: prompt_ids are the workflow's own ids, response_ids the tokenized
+    The episodes run through the env runners' loop (memrl.rollout.run_episode) with the scripted expert
+    (ExpertResponder) in place of the model: prompt_ids are the workflow's own ids, response_ids the tokenized
     expert response plus the EOS stop token, loss_mask all ones. `max_calls` caps an episode as the runners do.
     """
     import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
 
     env = gym.make(env_id, **env_config)
-    expert_action = getattr(env.unwrapped, "expert_action", None)
-    if not callable(expert_action):
-        raise ValueError(
-            f"env {env_id!r} ({type(env.unwrapped).__name__}) has no expert_action(); SFT warm-starts need the "
-            "unwrapped env to implement expert_action() -> str, the right action in the current state"
-        )
     workflow_cls = workflow_class(workflow)
-    if not callable(getattr(workflow_cls, "expert_response", None)):
-        raise ValueError(
-            f"workflow {workflow!r} ({workflow_cls.__name__}) has no expert_response(); SFT warm-starts need it to "
-            "implement expert_response(action) -> str, the reply its on_response parses back to the action"
-        )
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id; expert responses end with the EOS stop token")
 
-    rows = []
-    for task_seed in range(seed, seed + num_tasks):
-        obs, info = env.reset(seed=task_seed, options=episode_options(task_options, task_seed))
+    async def expert_episode(task: Task) -> Trajectory:
         wf = workflow_cls(tokenizer, **workflow_config)
-        wf.reset(obs, info)
-        for call in range(max_calls):
-            prompt = wf.prompt_ids()
-            action = expert_action()
-            text = wf.expert_response(action)
-            response = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
-            parsed, _ = wf.on_response(response)
-            if parsed != action:
-                raise ValueError(
-                    f"{workflow_cls.__name__}.expert_response({action!r}) gave {text!r}, which its on_response "
-                    f"parses to {parsed!r}; it must parse back to the expert action"
-                )
-            rows.append({
-                "prompt_ids": np.asarray(prompt, dtype=np.int64),
-                "response_ids": np.asarray(response, dtype=np.int64),
-                "loss_mask": np.ones(len(response), dtype=np.int8),
-            })
-            obs, _, terminated, truncated, info = env.step(parsed)
-            if terminated or truncated:
-                break
-            wf.observe(obs, info)
+        expert = ExpertResponder(env, wf, eos)
+        return await run_episode(env, wf, task, expert, max_calls=max_calls, check_action=expert.check_action)
+
+    rows = []
+    for task in _tasks(range(seed, seed + num_tasks), task_options):
+        for c in asyncio.run(expert_episode(task)).conversations:
+            rows.append({"prompt_ids": c.prompt_ids.astype(np.int64), "response_ids": c.response_ids.astype(np.int64),
+                         "loss_mask": c.loss_mask})
     env.close()
     return rows
 
@@ -171,6 +148,12 @@ def collect_expert_rows(
 def episode_options(task_options: Sequence[dict], seed: int) -> dict | None:
     """The reset options of the episode on env seed `seed`: task_options taken in turn, None when there are none."""
     return dict(task_options[seed % len(task_options)]) if task_options else None
+
+
+def _tasks(seeds: Iterable[int], task_options: Sequence[dict]) -> list[Task]:
+    """One task per env seed, reset with `episode_options`."""
+    return [Task(seed=s, group_id=str(s), traj_id=str(s), options=episode_options(task_options, s) or {})
+            for s in seeds]
 
 
 def heldout_nll(group: LearnerGroup, rows: Sequence[dict[str, np.ndarray]]) -> float:
@@ -200,36 +183,30 @@ def greedy_rewards(
     max_calls: int = 64,
     task_options: Sequence[dict] = (),
 ) -> list[float]:
-    """Return of one greedy episode per env seed (reset as collect_expert_rows does), the episodes' calls batched
-    in lockstep."""
+    """Return of one greedy episode per env seed (reset as collect_expert_rows does), all episodes run at once
+    through the episode loop so that their calls reach `engine` (in this process) as one batch per round."""
     import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
 
     workflow_cls = workflow_class(workflow)
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=0.0, stop_token_ids=[tokenizer.eos_token_id])
-    episodes = []
-    for seed in seeds:
-        env = gym.make(env_id, **env_config)
-        obs, info = env.reset(seed=seed, options=episode_options(task_options, seed))
-        wf = workflow_cls(tokenizer, **workflow_config)
-        wf.reset(obs, info)
-        episodes.append({"env": env, "wf": wf, "reward": 0.0})
-    active = list(episodes)
-    for _ in range(max_calls):
-        if not active:
-            break
-        outputs = engine.generate([ep["wf"].prompt_ids() for ep in active], sampling)
-        still = []
-        for ep, out in zip(active, outputs):
-            action, _ = ep["wf"].on_response(out.token_ids)
-            obs, reward, terminated, truncated, info = ep["env"].step(action)
-            ep["reward"] += float(reward)
-            if terminated or truncated:
-                ep["env"].close()
-            else:
-                ep["wf"].observe(obs, info)
-                still.append(ep)
-        active = still
-    return [ep["reward"] for ep in episodes]
+
+    async def generate_batch(prompts: list[list[int]]) -> list[GenerationOutput]:
+        return engine.generate(prompts, sampling)
+
+    async def run_all(tasks: list[Task]) -> list[Trajectory]:
+        respond = BatchingResponder(generate_batch)
+
+        async def one(task: Task) -> Trajectory:
+            env = gym.make(env_id, **env_config)
+            try:
+                return await run_episode(env, workflow_cls(tokenizer, **workflow_config), task, respond,
+                                         max_calls=max_calls, max_model_len=engine.max_model_len())
+            finally:
+                env.close()
+
+        return await asyncio.gather(*(one(t) for t in tasks))
+
+    return [t.reward for t in asyncio.run(run_all(_tasks(seeds, task_options)))]
 
 
 def train_sft(config: SFTConfig) -> dict:
@@ -364,11 +341,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
 
 def run(config: SFTConfig) -> dict:
     """Start (or join) Ray, train, print the before/after figures; returns the summary."""
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init()
-        else:
-            ray.init(num_cpus=max(config.num_learners, os.cpu_count() or 1))
+    ensure_ray(config.num_learners)
     summary = train_sft(config)
     for name in ("initial", "final"):
         m = summary[name]

@@ -1,10 +1,12 @@
-"""Confidence intervals for evaluation figures (held-out accuracy is always reported with one)."""
+"""Figures of a set of trajectories, and confidence intervals (held-out accuracy is always reported with one)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from memrl.episode import Trajectory
 
 Z95 = 1.959963984540054
 """Two-sided 95% normal quantile."""
@@ -52,3 +54,23 @@ def reward_interval(rewards) -> tuple[float, float, float]:
     if rewards and set(rewards) <= {0.0, 1.0}:
         low, high = wilson_interval(sum(rewards), len(rewards))
     return mean, low, high
+
+
+def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Mean reward and the mean of each env figure of a set of trajectories, plus the largest context, for result
+    dicts."""
+    if not trajectories:
+        return {}
+    out = {"reward_mean": float(np.mean([t.reward for t in trajectories]))}
+    keys = sorted(set().union(*(t.metrics for t in trajectories)))
+    for k in keys:
+        out[f"{k}_mean"] = float(np.mean([t.metrics.get(k, 0.0) for t in trajectories]))
+    out["peak_context_tokens_max"] = float(max(t.metrics.get("peak_context_tokens", 0.0) for t in trajectories))
+    return out
+
+
+def eval_summary(trajectories: list[Trajectory]) -> dict[str, float]:
+    """`summarize`, with the mean reward's 95% interval (Wilson for 0/1 rewards, normal otherwise) and the count."""
+    mean, low, high = reward_interval([t.reward for t in trajectories])
+    return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
+            "num_tasks": float(len(trajectories))}

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from memrl.episode import Conversation, Trajectory
-from memrl.evaluation import eval_summary, evaluate_checkpoint, heldout_tasks, start_engine
-from memrl.stats import mean_interval, wilson_interval
+from memrl.engines import start_engine
+from memrl.evaluation import evaluate_checkpoint, heldout_tasks
+from memrl.stats import eval_summary, mean_interval, wilson_interval
 
 
 def _trajectory(reward: float, calls: int = 1) -> Trajectory:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -14,6 +13,7 @@ import ray
 from tqdm import tqdm
 
 import envs
+from memrl.cluster import ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.evaluation import eval_summary
 from memrl.models.tiny import TinyModelConfig, build_tiny_checkpoint, default_corpus
@@ -35,15 +35,11 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def init_ray(num_gpus: int) -> None:
-    """Join the Ray cluster (GPU runs) or start a local one whose CPU slots outnumber the cores, so that
-    learners, engines and runners all fit on a small CPU machine (they mostly wait on each other).
-    Does nothing when Ray is already running in this process."""
-    if ray.is_initialized():
-        return
-    if num_gpus or os.environ.get("RAY_ADDRESS"):
+    """Join the Ray cluster this node belongs to (GPU runs, e.g. under `ray up cluster.yaml`), or start a local one
+    (memrl.cluster.ensure_ray). Does nothing when Ray is already running in this process."""
+    if num_gpus and not ray.is_initialized():
         ray.init()
-    else:
-        ray.init(num_cpus=max(8, os.cpu_count() or 1))
+    ensure_ray()
 
 
 def model_corpus() -> list[str]:
@@ -67,7 +63,9 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
     engines = max(1, num_gpus - learners)
     return (config.learners(num_learners=learners, num_gpus_per_learner=1, dtype="bfloat16")
             .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=1, num_env_runners=2 * engines,
-                         engine_config={"kv_cache_bytes": 8 * 1024**3, "dtype": "bfloat16"}))
+                         engine_config={"kv_cache_bytes": 8 * 1024**3, "dtype": "bfloat16"})
+            # An autoscaling cluster (cluster.yaml) brings its GPU nodes only once the actors ask for them.
+            .debugging(check_resources=False))
 
 
 def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,

@@ -22,10 +22,9 @@ import torch
 from ray import tune
 
 from memrl.config import AlgorithmConfig, TrainingConfig
-from memrl.env_runner import EnvRunnerSpec, Task, summarize
-from memrl.env_runner_group import EnvRunnerGroup
+from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
-from memrl.evaluation import eval_summary, sample_heldout, start_engine
+from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import (
     dynamic_sampling_mask,
     group_advantages,
@@ -35,6 +34,9 @@ from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import kl_penalty_in_reward
 from memrl.learner.stitching import stitch
+from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.seeds import derive_seed, training_env_seeds
+from memrl.stats import eval_summary, summarize
 
 STATE_FILE = "algorithm_state.json"
 
@@ -54,6 +56,7 @@ class Algorithm(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         self.cfg = type(self.get_default_config()).from_dict(config)
         self.cfg.validate()
+        self.cfg.check_resources()
         run, learn, train, dbg = (self.cfg.env_runners_cfg, self.cfg.learners_cfg, self.cfg.training_cfg,
                                   self.cfg.debugging_cfg)
         self.seed = dbg.seed
@@ -110,6 +113,8 @@ class Algorithm(tune.Trainable):
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
+        # Engine time spent before this iteration (a held-out evaluation, say) is not this iteration's.
+        ray.get([e.pop_generate_seconds.remote() for e in self.engines])
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)
         generate_s = max(ray.get([e.pop_generate_seconds.remote() for e in self.engines]))
@@ -140,9 +145,11 @@ class Algorithm(tune.Trainable):
                             "new_tokens": new_tokens, "calls": runner_stats.get("calls", 0.0),
                             "engine_batches": runner_stats.get("batches", 0.0)},
             "learners": learner_metrics,
-            "timers": {"sample_s": t_sampled - t_start, "generate_s": generate_s, "env_s": runner_stats.get("env_s", 0.0),
-                       "learn_s": t_learned - t_sampled, "sync_s": t_end - t_learned, "iteration_s": t_end - t_start,
-                       # Share of the iteration that is neither engine generation nor the learner step.
+            "timers": {"sample_s": t_sampled - t_start, "generate_s": generate_s,
+                       "env_s": runner_stats.get("env_s", 0.0), "learn_s": t_learned - t_sampled,
+                       "sync_s": t_end - t_learned, "iteration_s": t_end - t_start,
+                       # Share of the iteration that is neither engine generation nor the learner step. The busiest
+                       # engine's generation lies within the sampling phase, so the share is never negative.
                        "outside_model_fraction": 1.0 - (generate_s + t_learned - t_sampled) / (t_end - t_start)},
             "throughput": {"rollout_new_tokens_per_s": new_tokens / max(t_sampled - t_start, 1e-9)},
             "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
@@ -170,7 +177,7 @@ class Algorithm(tune.Trainable):
         stats: dict[str, float] = {}
         for round_ in range(rounds):
             table, round_stats = self.env_runner_group.sample(self._training_tasks(iteration, round_),
-                                                              seed=_derive_seed(self.seed, iteration, round_))
+                                                              seed=derive_seed(self.seed, iteration, round_))
             batch = from_arrow(table)
             trajectories += batch
             for k, v in round_stats.items():
@@ -191,11 +198,10 @@ class Algorithm(tune.Trainable):
     def _training_tasks(self, iteration: int, round_: int = 0) -> list[Task]:
         """A round's tasks: a fixed function of (seed, iteration, round); even env seeds (odd ones are held out)."""
         train = self.cfg.training_cfg
-        rng = np.random.default_rng([self.seed, iteration, round_])
-        env_seeds = 2 * rng.integers(0, 2**30, train.tasks_per_iteration)
+        env_seeds = training_env_seeds(self.seed, iteration, round_, train.tasks_per_iteration)
         prefix = f"it{iteration}-r{round_}"
         return [
-            Task(seed=int(s), group_id=f"{prefix}-g{g}", traj_id=f"{prefix}-g{g}-{k}")
+            Task(seed=s, group_id=f"{prefix}-g{g}", traj_id=f"{prefix}-g{g}-{k}")
             for g, s in enumerate(env_seeds)
             for k in range(train.group_size)
         ]
@@ -389,10 +395,6 @@ def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float = 900
             f"{ray.available_resources()}"
         )
     ray.get(ready)  # re-raise a constructor error
-
-
-def _derive_seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([p % 2**32 for p in parts]).generate_state(1)[0])
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, float]:

@@ -1,1 +1,32 @@
-"""Inference engines behind one interface (memrl.engines.base): vLLM (vllm_engine) and a torch reference (torch_engine)."""
+"""Inference engines behind one interface (memrl.engines.base): vLLM (vllm_engine) and a torch reference
+(torch_engine), by name, and `start_engine`, which serves a checkpoint from one as a Ray actor."""
+
+from __future__ import annotations
+
+import importlib
+
+ENGINES: dict[str, str] = {
+    "torch": "memrl.engines.torch_engine:TorchEngine",
+    "vllm": "memrl.engines.vllm_engine:VLLMEngine",
+}
+"""Engine name -> "module:class"; imported only when used, so memrl imports without vLLM."""
+
+
+def engine_class(name: str) -> type:
+    """The engine class registered as `name`."""
+    if name not in ENGINES:
+        raise ValueError(f"engine={name!r} is not allowed; choose one of {sorted(ENGINES)}")
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, **engine_config):
+    """An inference engine actor (an ENGINES name) serving `model_path`; returns its handle at once.
+
+    Not inside the caller's placement group: under Tune that group holds only the trial actor itself."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor = ray.remote(num_cpus=1, num_gpus=num_gpus)(engine_class(engine)).options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
+    return actor.remote(model_path, seed=seed, **engine_config)

@@ -8,8 +8,7 @@ from transformers import AutoTokenizer
 
 from memrl.engines.base import SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
-from memrl.env_runner import EnvRunner, EnvRunnerSpec, Task
-from memrl.env_runner_group import EnvRunnerGroup
+from memrl.rollout import EnvRunner, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.episode import from_arrow
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 import pyarrow as pa
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from memrl.env_runner import EnvRunner, EnvRunnerSpec, Task
 from memrl.episode import concat
+from memrl.rollout.env_runner import EnvRunner, EnvRunnerSpec
+from memrl.rollout.loop import Task
+from memrl.seeds import spawn_seeds
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class EnvRunnerGroup:
         """
         self.counters["tasks_submitted"] += len(tasks)
         chunks = _split(tasks, len(self.runners))
-        seeds = [None if seed is None else int(s) for s in np.random.SeedSequence(seed or 0).generate_state(len(chunks))]
+        seeds = spawn_seeds(seed, len(chunks)) if seed is not None else [None] * len(chunks)
         pending = {
             self.runners[i].sample.remote(chunk, seeds[i]): (i, chunk, 0) for i, chunk in enumerate(chunks) if chunk
         }

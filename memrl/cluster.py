@@ -1,0 +1,47 @@
+"""Ray for memrl: start a local instance that fits the actors, or check that a running cluster does, in seconds.
+
+Every memrl actor that does real work reserves one CPU (learners, engines) and its GPUs; env runners reserve
+none, as they mostly wait on an engine. On a small CPU machine those actors spend most of their time waiting on
+each other, so a local Ray gets at least as many logical CPUs as the actors reserve, more than the cores.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+MIN_LOCAL_CPUS = 8
+"""Logical CPUs of a local Ray instance at the least (room for evaluation engines and retrieval actors beside the
+training actors)."""
+
+
+def ensure_ray(num_cpus: int = 0) -> None:
+    """Start Ray unless this process already joined it: the cluster at RAY_ADDRESS if that is set, else a local
+    instance with enough logical CPUs for `num_cpus` reserved by actors (and never fewer than the cores)."""
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(include_dashboard=False, configure_logging=False)
+    else:
+        ray.init(num_cpus=max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1), include_dashboard=False,
+                 configure_logging=False)
+
+
+def check_resources(needs: dict[str, float], owner: str, parts: list[str], settings: list[str]) -> None:
+    """Raise at once when the Ray cluster's totals cannot hold `needs` ({"CPU": n, "GPU": m}).
+
+    The message names `owner` (e.g. "DAPOConfig"), how the needs add up (`parts`, e.g. "2 learners x 1 CPU") and
+    the `settings` that lower them. Waiting instead would hang until some later deadline: Ray queues an actor it
+    cannot place without complaint."""
+    total = ray.cluster_resources()
+    short = {k: v for k, v in needs.items() if v > total.get(k, 0.0) + 1e-9}
+    if not short:
+        return
+    have = ", ".join(f"{total.get(k, 0.0):g} {k}" for k in needs)
+    want = ", ".join(f"{v:g} {k}" for k, v in needs.items())
+    raise RuntimeError(
+        f"{owner} needs {want} for its actors ({' + '.join(parts)}), but the Ray cluster has {have}. "
+        f"Lower {', '.join(settings)}, or start Ray with more (e.g. ray.init(num_cpus=...), or let memrl start it: "
+        "call build() before ray.init()). On an autoscaling cluster whose nodes come only when asked for, set "
+        "debugging(check_resources=False).")

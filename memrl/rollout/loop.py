@@ -1,0 +1,181 @@
+"""The episode loop: the one function that runs a task through an env and a workflow.
+
+    reset -> (prompt_ids -> respond -> on_response -> step -> observe)* -> Trajectory
+
+Who answers is an argument: an engine (env runners, held-out evaluation), a greedy in-process engine (SFT's
+evaluation) or the scripted expert (SFT's training rows). Episodes that run concurrently in one event loop share
+a `BatchingResponder`, so every request pending at the same moment goes to the engine as one batch; env steps are
+synchronous, so the batches are the same on every run with the same seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+from memrl.engines.base import GenerationOutput
+from memrl.episode import Conversation, Trajectory
+from memrl.workflows.base import Workflow
+
+Respond = Callable[[list[int]], Awaitable[GenerationOutput]]
+"""How an episode gets the reply to one prompt (token ids in, a GenerationOutput out)."""
+
+
+@dataclass
+class Task:
+    """One trajectory to sample: which env instance to build and how to seed it."""
+
+    seed: int
+    """Seed passed to env.reset; tasks of one group share it so the group sees the same problem."""
+    group_id: str
+    """Trajectories of the same group are compared with each other (GRPO-style)."""
+    traj_id: str
+    """Unique id, used to check that every task comes back exactly once."""
+    options: dict = field(default_factory=dict)
+    """Passed to env.reset as `options` (e.g. an evaluation length)."""
+
+
+async def run_episode(
+    env: gym.Env,
+    workflow: Workflow,
+    task: Task,
+    respond: Respond,
+    *,
+    max_calls: int,
+    max_model_len: int | None = None,
+    check_action: Callable[[str], None] | None = None,
+    timers: dict[str, float] | None = None,
+) -> Trajectory:
+    """Run `task` on `env` under `workflow` until the env ends it or `max_calls` calls were made.
+
+    `max_model_len`: a prompt that reaches it ends the episode unfinished (truncated, context_overflow), or fails
+    if it is the first one. `check_action` sees every parsed action before the env steps (the expert checks that
+    the workflow parses its reply back). `timers["env_s"]` accumulates the time spent inside the env.
+    """
+    timers = {} if timers is None else timers
+    t0 = time.perf_counter()
+    obs, info = env.reset(seed=task.seed, options=task.options or None)
+    workflow.reset(obs, info)
+    timers["env_s"] = timers.get("env_s", 0.0) + time.perf_counter() - t0
+    conversations: list[Conversation] = []
+    total_reward = 0.0
+    done = overflow = terminated = truncated = False
+    while not done:
+        prompt = workflow.prompt_ids()
+        if max_model_len is not None and len(prompt) >= max_model_len:
+            if not conversations:
+                raise ValueError(f"task {task.traj_id} (seed {task.seed}): the first prompt has {len(prompt)} "
+                                 f"tokens, and the engine's model holds {max_model_len}; shorten the task "
+                                 "or serve a model with a longer context")
+            # A history that outgrew the model's context ends the episode unfinished (truncated).
+            overflow = True
+            break
+        out = await respond(prompt)
+        action, spans = workflow.on_response(out.token_ids)
+        if check_action is not None:
+            check_action(action)
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated, info = env.step(action)
+        timers["env_s"] += time.perf_counter() - t0
+        total_reward += float(reward)
+        conversations.append(Conversation(prompt_ids=prompt, response_ids=out.token_ids, logprobs=out.logprobs,
+                                          spans=spans, reward=float(reward), finish_reason=out.finish_reason,
+                                          weight_version=out.weight_version))
+        done = terminated or truncated or len(conversations) >= max_calls
+        if not done:
+            workflow.observe(obs, info)
+    probes = workflow.probes(info)
+    if probes:
+        if len(probes) != len(conversations):
+            raise RuntimeError(f"{type(workflow).__name__}.probes gave {len(probes)} entries for "
+                               f"{len(conversations)} calls; it must give one per call")
+        for conversation, named in zip(conversations, probes):
+            conversation.probes = {name: np.asarray(ids, dtype=np.int32) for name, ids in named.items()}
+    metrics = {k: float(v) for k, v in info.get("metrics", {}).items()}
+    metrics.update(
+        num_calls=float(len(conversations)),
+        peak_context_tokens=float(max(c.num_tokens for c in conversations)),
+        total_tokens=float(sum(c.num_tokens for c in conversations)),
+        response_tokens=float(sum(len(c.response_ids) for c in conversations)),
+        # MEM1's dependency: each generated token depends on the prompt and the tokens generated before it.
+        dependency=float(sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
+                             for c in conversations)),
+        truncated=float(not (terminated or truncated)),
+        context_overflow=float(overflow),
+    )
+    return Trajectory(conversations, reward=total_reward, group_id=task.group_id, traj_id=task.traj_id,
+                      metrics=metrics)
+
+
+class BatchingResponder:
+    """A `Respond` that gathers the requests of concurrently running episodes into engine batches.
+
+    `generate_batch(prompts)` answers one batch; when it raises, every request of that batch fails with it.
+    """
+
+    def __init__(self, generate_batch: Callable[[list[list[int]]], Awaitable[list[GenerationOutput]]]):
+        self.generate_batch = generate_batch
+        self._pending: list[tuple[list[int], asyncio.Future]] = []
+
+    async def __call__(self, prompt_ids: list[int]) -> GenerationOutput:
+        # The first request of a round schedules one flush for everything queued before the event loop comes
+        # back to it.
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt_ids, future))
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+        return await future
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        try:
+            outputs = await self.generate_batch([p for p, _ in batch])
+        except Exception as exc:
+            for _, future in batch:
+                future.set_exception(exc)
+            return
+        for (_, future), out in zip(batch, outputs):
+            future.set_result(out)
+
+
+class ExpertResponder:
+    """A `Respond` for one episode that replies with the env's scripted expert, written as the workflow would.
+
+    The env's unwrapped instance implements `expert_action() -> str` (the right action now) and the workflow
+    `expert_response(action) -> str` (the reply its `on_response` parses back to that action); the reply's ids are
+    the tokenized response plus the EOS stop token. Pass `check_action` to `run_episode` so a workflow whose parse
+    does not give the action back is named.
+    """
+
+    def __init__(self, env: gym.Env, workflow: Workflow, eos_token_id: int):
+        self.expert_action = getattr(env.unwrapped, "expert_action", None)
+        if not callable(self.expert_action):
+            raise ValueError(
+                f"env {env.spec.id if env.spec else '?'!r} ({type(env.unwrapped).__name__}) has no expert_action(); "
+                "SFT warm-starts need the unwrapped env to implement expert_action() -> str, the right action in the "
+                "current state")
+        if not callable(getattr(workflow, "expert_response", None)):
+            raise ValueError(
+                f"workflow {type(workflow).__name__} has no expert_response(); SFT warm-starts need it to implement "
+                "expert_response(action) -> str, the reply its on_response parses back to the action")
+        self.workflow = workflow
+        self.eos_token_id = eos_token_id
+        self._action = self._text = ""
+
+    async def __call__(self, prompt_ids: list[int]) -> GenerationOutput:
+        self._action = self.expert_action()
+        self._text = self.workflow.expert_response(self._action)
+        ids = list(self.workflow.tokenizer.encode(self._text, add_special_tokens=False)) + [self.eos_token_id]
+        return GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop", weight_version=0)
+
+    def check_action(self, parsed: str) -> None:
+        """Raise when the workflow parsed the expert's reply to something other than the expert's action."""
+        if parsed != self._action:
+            raise ValueError(
+                f"{type(self.workflow).__name__}.expert_response({self._action!r}) gave {self._text!r}, which its "
+                f"on_response parses to {parsed!r}; it must parse back to the expert action")
