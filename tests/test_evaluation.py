@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from memrl.episode import Conversation, Trajectory
-from memrl.engines import start_engine
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
 from memrl.stats import eval_summary, mean_interval, wilson_interval
 
@@ -33,11 +32,6 @@ def test_eval_summary_uses_wilson_for_accuracy_and_normal_interval_otherwise():
     s = eval_summary(graded)
     assert (s["reward_mean"], s["reward_ci_low"], s["reward_ci_high"]) == pytest.approx(mean_interval([0.2, 0.5, 0.9]))
     assert s["num_calls_mean"] == 2.0 and s["peak_context_tokens_max"] == 6.0
-
-
-def test_start_engine_rejects_unknown_engines():
-    with pytest.raises(ValueError, match="engine='sglang' is not allowed"):
-        start_engine("/nowhere", "sglang")
 
 
 def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tiny_checkpoint):

@@ -1,0 +1,93 @@
+"""The episode loop: one function whatever answers (scripted, expert, batched engine), and what it records."""
+
+import asyncio
+
+import gymnasium as gym
+import pytest
+from transformers import AutoTokenizer
+
+import envs  # noqa: F401  (registers memrl/ ids)
+from memrl.engines.base import GenerationOutput
+from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
+from memrl.workflows.base import LastObservationWorkflow
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_checkpoint):
+    return AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+
+def _reply(tokenizer, text: str) -> GenerationOutput:
+    ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    return GenerationOutput(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop", weight_version=3)
+
+
+def test_scripted_replies_become_conversations_with_the_env_rewards(tokenizer):
+    env = gym.make("memrl/Echo-v0", num_turns=3, reward="exact")
+    prompts = []
+
+    async def respond(prompt_ids):
+        prompts.append(prompt_ids)
+        return _reply(tokenizer, env.unwrapped.expert_action())
+
+    timers = {}
+    traj = asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), Task(seed=5, group_id="g", traj_id="t"),
+                                   respond, max_calls=10, timers=timers))
+    assert len(traj.conversations) == 3 and traj.traj_id == "t" and traj.group_id == "g"
+    assert [c.prompt_ids.tolist() for c in traj.conversations] == prompts
+    assert traj.reward == pytest.approx(sum(c.reward for c in traj.conversations)) and traj.reward > 0
+    assert all(c.weight_version == 3 and c.logprobs[0] == -0.5 for c in traj.conversations)
+    assert traj.metrics["num_calls"] == 3 and traj.metrics["truncated"] == 0 and timers["env_s"] > 0
+
+
+def test_max_calls_truncates_and_the_context_limit_ends_or_names_the_episode(tokenizer):
+    env = gym.make("memrl/Echo-v0", num_turns=5)
+
+    async def respond(prompt_ids):
+        return _reply(tokenizer, "x")
+
+    task = Task(seed=1, group_id="g", traj_id="t")
+    traj = asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), task, respond, max_calls=2))
+    assert len(traj.conversations) == 2 and traj.metrics["truncated"] == 1
+    with pytest.raises(ValueError, match="the first prompt has .* tokens, and the engine's model holds 3"):
+        asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), task, respond, max_calls=2, max_model_len=3))
+
+
+def test_expert_replies_parse_back_to_the_expert_action_or_are_named(tokenizer):
+    env = gym.make("memrl/Echo-v0", num_turns=2, reward="exact")
+    wf = LastObservationWorkflow(tokenizer)
+    expert = ExpertResponder(env, wf, tokenizer.eos_token_id)
+    traj = asyncio.run(run_episode(env, wf, Task(seed=0, group_id="g", traj_id="t"), expert, max_calls=8,
+                                   check_action=expert.check_action))
+    assert traj.reward == 1.0  # the expert echoes exactly on both turns (each pays 1 / num_turns)
+    assert all(c.response_ids[-1] == tokenizer.eos_token_id for c in traj.conversations)
+
+    class Shouting(LastObservationWorkflow):
+        def on_response(self, response_ids):
+            return self.decode(response_ids).upper(), {}
+
+    wf = Shouting(tokenizer)
+    expert = ExpertResponder(env, wf, tokenizer.eos_token_id)
+    with pytest.raises(ValueError, match="Shouting.expert_response.*must parse back to the expert action"):
+        asyncio.run(run_episode(env, wf, Task(seed=0, group_id="g", traj_id="t"), expert, max_calls=8,
+                                check_action=expert.check_action))
+
+
+def test_batching_responder_sends_concurrent_requests_as_one_batch_and_fails_them_together(tokenizer):
+    batches = []
+
+    async def generate_batch(prompts):
+        batches.append(prompts)
+        if any(p == [666] for p in prompts):
+            raise RuntimeError("engine down")
+        return [_reply(tokenizer, str(len(p))) for p in prompts]
+
+    async def main(prompts):
+        respond = BatchingResponder(generate_batch)
+        return await asyncio.gather(*(respond(p) for p in prompts), return_exceptions=True)
+
+    outs = asyncio.run(main([[1], [1, 2], [1, 2, 3]]))
+    assert batches == [[[1], [1, 2], [1, 2, 3]]]
+    assert [tokenizer.decode(o.token_ids[:-1]) for o in outs] == ["1", "2", "3"]
+    outs = asyncio.run(main([[5], [666]]))
+    assert all(isinstance(o, RuntimeError) and "engine down" in str(o) for o in outs)

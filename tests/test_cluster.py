@@ -1,0 +1,30 @@
+"""Ray sizing: a config whose actors cannot fit fails before any actor starts, naming what to change."""
+
+import pytest
+import ray
+
+from memrl.algorithms import DAPOConfig, PPOConfig
+
+
+def _config(checkpoint, config=None):
+    return ((config or DAPOConfig()).environment("memrl/Echo-v0")
+            .learners(model_path=str(checkpoint), num_learners=1)
+            .env_runners(engine="torch"))
+
+
+@pytest.mark.timeout(60)
+def test_gpus_a_cpu_cluster_lacks_fail_at_once_naming_the_settings(ray_session, tiny_checkpoint):
+    with pytest.raises(RuntimeError, match=r"DAPOConfig needs 2 CPU, 1 GPU .*1 learners x \(1 CPU, 1 GPU\).*"
+                                           r"has 8 CPU, 0 GPU.*num_gpus_per_learner"):
+        _config(tiny_checkpoint).learners(num_gpus_per_learner=1).build()
+    assert not ray.util.placement_group_table()  # nothing was placed
+
+
+@pytest.mark.timeout(60)
+def test_more_cpus_than_the_cluster_has_fail_at_once(ray_session, tiny_checkpoint):
+    # PPO's critic doubles the learners: 2 x 3 learners + 3 engines = 9 CPUs on an 8-CPU instance.
+    config = _config(tiny_checkpoint, PPOConfig()).learners(num_learners=3).env_runners(num_engines=3)
+    assert config.resources()[0] == {"CPU": 9.0, "GPU": 0.0}
+    with pytest.raises(RuntimeError, match=r"PPOConfig needs 9 CPU.*3 critic learners.*has 8 CPU"):
+        config.build()
+    assert config.debugging(check_resources=False).resources()[0]["CPU"] == 9.0
