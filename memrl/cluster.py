@@ -7,6 +7,7 @@ each other, so a local Ray gets at least as many logical CPUs as the actors rese
 
 from __future__ import annotations
 
+import logging
 import os
 
 import ray
@@ -16,16 +17,31 @@ MIN_LOCAL_CPUS = 8
 training actors)."""
 
 
+VERBOSE_ENV = "MEMRL_VERBOSE"
+"""Set to 1 (the tuned examples' --verbose does) to see every library's log: actors' output on the console, vLLM
+at INFO. Unset, the console shows memrl's own progress and warnings only; actors' logs stay in Ray's log files."""
+
+
+def verbose() -> bool:
+    """Whether the user asked for every library's log (MEMRL_VERBOSE=1)."""
+    return os.environ.get(VERBOSE_ENV, "").lower() in ("1", "true", "yes")
+
+
 def ensure_ray(num_cpus: int = 0) -> None:
     """Start Ray unless this process already joined it: the cluster at RAY_ADDRESS if that is set, else a local
-    instance with enough logical CPUs for `num_cpus` reserved by actors (and never fewer than the cores)."""
+    instance with enough logical CPUs for `num_cpus` reserved by actors (and never fewer than the cores).
+
+    Unless `verbose()`, actors' output stays in Ray's log files (/tmp/ray/session_latest/logs) and vLLM logs at
+    WARNING; errors still reach the caller as exceptions."""
     if ray.is_initialized():
         return
+    loud = verbose()
+    quiet = {} if loud else {"log_to_driver": False, "logging_level": logging.WARNING,
+                             "runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}}}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(include_dashboard=False, configure_logging=False)
+        ray.init(include_dashboard=False, **quiet)
     else:
-        ray.init(num_cpus=max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1), include_dashboard=False,
-                 configure_logging=False)
+        ray.init(num_cpus=max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1), include_dashboard=False, **quiet)
 
 
 def check_resources(needs: dict[str, float], owner: str, parts: list[str], settings: list[str]) -> None:

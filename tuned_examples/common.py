@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -13,7 +14,7 @@ import ray
 from tqdm import tqdm
 
 import envs
-from memrl.cluster import ensure_ray
+from memrl.cluster import VERBOSE_ENV, ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.evaluation import eval_summary
 from memrl.models.tiny import TinyModelConfig, build_tiny_checkpoint, default_corpus
@@ -31,6 +32,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--num-gpus", type=int, default=0, help="GPUs to use; 0 runs the CPU default")
     p.add_argument("--iterations", type=int, help="training iterations (default: the example's own)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<example>)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show every library's log (vLLM, Ray actors, DeepSpeed, wandb); same as MEMRL_VERBOSE=1")
     return p
 
 
@@ -75,6 +78,8 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
     writes to --out (default runs/<name>)."""
     if args.num_gpus and not args.model:
         p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"
     init_ray(args.num_gpus)
     if args.num_gpus:
         cfg, iterations = gpu_config(), args.iterations or gpu_iterations
@@ -90,19 +95,20 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     tasks) and the learning curve to out/curve.png."""
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    bars = config.debugging_cfg.progress_bars
     algo = config.build()
     t_eval = time.perf_counter()
-    before_trajectories = algo.heldout_trajectories()
+    before_trajectories = heldout(algo, "evaluation before", bars)
     eval_s = time.perf_counter() - t_eval
     curve, timers = [], []
-    bar = tqdm(range(iterations), desc="training", unit="iter")
+    bar = tqdm(range(iterations), desc="training", unit="iter", disable=not bars)
     for _ in bar:
         result = algo.train()
         curve.append(result["env_runners"]["reward_mean"])
         timers.append(result["timers"])
         bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
                         it_s=f"{result['timers']['iteration_s']:.1f}")
-    after_trajectories = algo.heldout_trajectories()
+    after_trajectories = heldout(algo, "evaluation after", bars)
     before, after = eval_summary(before_trajectories), eval_summary(after_trajectories)
     change, low, high = paired_interval([t.reward for t in before_trajectories],
                                         [t.reward for t in after_trajectories])
@@ -121,6 +127,15 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     print(f"change on the same tasks: {change:+.3f} [{low:+.3f}, {high:+.3f}]")
     print(f"wrote {out} in {summary['wall_s']:.0f} s")
     return summary
+
+
+def heldout(algo, label: str, bar: bool = True) -> list:
+    """The algorithm's held-out trajectories, as one phase of the console: a bar that ends with the reward."""
+    with tqdm(total=algo.cfg.evaluation_cfg.evaluation_num_tasks, desc=label, unit="task", disable=not bar) as progress:
+        trajectories = algo.heldout_trajectories()
+        progress.update(len(trajectories))
+        progress.set_postfix(reward=f"{eval_summary(trajectories)['reward_mean']:.3f}")
+    return trajectories
 
 
 def plot_curve(summary: dict, path: Path) -> None:

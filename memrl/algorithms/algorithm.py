@@ -21,6 +21,7 @@ import ray
 import torch
 from ray import tune
 
+from memrl.cluster import verbose
 from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
@@ -84,7 +85,7 @@ class Algorithm(tune.Trainable):
 
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(project=dbg.wandb_project, config=self.cfg.to_dict(), mode=mode,
-                                     reinit="create_new")
+                                     reinit="create_new", settings=wandb.Settings(silent=not verbose()))
 
     def _runner_spec(self, env_overrides: dict, temperature: float, num_envs: int | None = None) -> EnvRunnerSpec:
         """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,6 +16,24 @@ from memrl.weight_sync import TensorMeta
 
 WORKER_EXTENSION = "memrl.engines.vllm_worker.WeightSyncExtension"
 """Qualified name of the class vLLM mixes into its workers (a string, so this module never imports vLLM)."""
+
+EXPECTED_VLLM_WARNINGS = {
+    "vllm.renderers.base": ("Chat template warmup failed", "Using None for EOS token id"),
+    "vllm.model_executor.model_loader.reload.layerwise": ("%s: Failed to load weights",),
+}
+"""Warnings vLLM logs because of how memrl drives it, by logger: no tokenizer in the engine (skip_tokenizer_init:
+memrl sends token ids and its own stop ids), and the rotary embedding's cache, a buffer vLLM computes itself and no
+weight sync sends, on every in-place reload. They say nothing is wrong, so they are dropped at their loggers."""
+
+
+class _DropExpected(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
 
 RESERVED_LLM_ARGS = frozenset(
     {"model", "skip_tokenizer_init", "dtype", "seed", "kv_cache_memory_bytes", "logprobs_mode", "worker_extension_cls"}
@@ -54,6 +73,8 @@ class VLLMEngine(InferenceEngine):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
+        for name, prefixes in EXPECTED_VLLM_WARNINGS.items():
+            logging.getLogger(name).addFilter(_DropExpected(prefixes))
         # Eager by default: graph capture costs start-up time and buys nothing on CPU; GPU users may override it.
         engine_kwargs.setdefault("enforce_eager", True)
         if max_model_len is not None:

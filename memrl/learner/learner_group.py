@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,14 @@ def split_rows(lengths: Sequence[int], num_ranks: int) -> list[list[int]]:
     return [sorted(p) for p in parts]
 
 
+def _cpu_comm_op_built() -> bool:
+    """Whether DeepSpeed's CPU communication op is already compiled (torch's extension cache, which every learner
+    on this machine shares); the first CPU learner builds it, silently, for about a minute."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return (Path(_get_build_directory("deepspeed_shm_comm", False)) / "deepspeed_shm_comm.so").is_file()
+
+
 @ray.remote(num_cpus=0)
 def _free_address() -> tuple[str, int]:
     # Runs where rank 0 will run, so the rendezvous port is free on that node.
@@ -55,6 +65,9 @@ class LearnerGroup:
             raise ValueError(f"num_gpus_per_learner must be >= 0, got {num_gpus_per_learner}")
         self.config = config
         self.num_learners = num_learners
+        if not num_gpus_per_learner and not _cpu_comm_op_built():
+            print("Building DeepSpeed's CPU communication op (first run on this machine only, about a minute)...",
+                  file=sys.stderr, flush=True)
         bundle = {"CPU": 1, "GPU": num_gpus_per_learner} if num_gpus_per_learner else {"CPU": 1}
         self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
         ray.get(self._pg.ready())

@@ -45,13 +45,16 @@ class EnvRunnerSpec:
 
 
 class EnvRunner:
-    """Holds `num_envs` envs and runs tasks through them against one engine actor."""
+    """Holds `num_envs` envs and runs tasks through them against the engine actor each `sample` call names.
 
-    def __init__(self, spec: EnvRunnerSpec, engine, runner_index: int = 0):
+    The engine comes with each call rather than to the constructor: Ray re-runs the constructor of a restarted
+    actor, and a handle among constructor arguments is an object-store argument it warns may be gone by then."""
+
+    def __init__(self, spec: EnvRunnerSpec, runner_index: int = 0):
         import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
 
         self.spec = spec
-        self.engine = engine
+        self.engine = None
         self.runner_index = runner_index
         self.tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path)
         self.workflow_cls = workflow_class(spec.workflow)
@@ -68,15 +71,17 @@ class EnvRunner:
         """Liveness check; returns the runner index."""
         return self.runner_index
 
-    async def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.RecordBatch, dict[str, float]]:
-        """Run every task to the end; returns their trajectories as one Arrow batch, plus runner stats.
+    async def sample(self, tasks: list[Task], engine,
+                     seed: int | None = None) -> tuple[pa.RecordBatch, dict[str, float]]:
+        """Run every task to the end against `engine` (an engine actor); returns their trajectories as one Arrow
+        batch, plus runner stats.
 
         With a `seed`, engine batch k is sampled under a seed derived from (seed, k): the same tasks and seed
         give the same trajectories, whichever other runners share the engine.
         """
         self._seed = seed
-        if self._max_model_len is None:
-            self._max_model_len = await self.engine.max_model_len.remote()
+        self.engine = engine
+        self._max_model_len = await engine.max_model_len.remote()
         self._stats = {"generate_s": 0.0, "env_s": 0.0, "calls": 0, "batches": 0, "new_tokens": 0}
         start = time.perf_counter()
         free_envs: asyncio.Queue = asyncio.Queue()

@@ -28,7 +28,8 @@ class EnvRunnerGroup:
         self.spec = spec
         self.max_restarts = max_restarts
         actor_cls = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(EnvRunner)
-        self.runners = [actor_cls.remote(spec, engines[i % len(engines)], i) for i in range(num_runners)]
+        self.engines = [engines[i % len(engines)] for i in range(num_runners)]
+        self.runners = [actor_cls.remote(spec, i) for i in range(num_runners)]
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0}
         ray.get([r.ping.remote() for r in self.runners])
 
@@ -43,9 +44,8 @@ class EnvRunnerGroup:
         self.counters["tasks_submitted"] += len(tasks)
         chunks = _split(tasks, len(self.runners))
         seeds = spawn_seeds(seed, len(chunks)) if seed is not None else [None] * len(chunks)
-        pending = {
-            self.runners[i].sample.remote(chunk, seeds[i]): (i, chunk, 0) for i, chunk in enumerate(chunks) if chunk
-        }
+        pending = {self.runners[i].sample.remote(chunk, self.engines[i], seeds[i]): (i, chunk, 0)
+                   for i, chunk in enumerate(chunks) if chunk}
         batches: dict[int, pa.RecordBatch] = {}
         stats: dict[str, float] = {}
         while pending:
@@ -64,7 +64,7 @@ class EnvRunnerGroup:
                 logger.warning("env runner %d died (%s); resubmitting its %d tasks", i, exc, len(chunk))
                 self._wait_until_restarted(i)
                 self.counters["resubmitted"] += len(chunk)
-                pending[self.runners[i].sample.remote(chunk, seeds[i])] = (i, chunk, attempt + 1)
+                pending[self.runners[i].sample.remote(chunk, self.engines[i], seeds[i])] = (i, chunk, attempt + 1)
                 continue
             batches[i] = batch
             for k, v in runner_stats.items():

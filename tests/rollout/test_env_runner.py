@@ -30,8 +30,8 @@ def _tasks(n: int, group_size: int = 2) -> list[Task]:
 
 
 def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint), engine)
-    batch, stats = ray.get(runner.sample.remote(_tasks(6)))
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
+    batch, stats = ray.get(runner.sample.remote(_tasks(6), engine))
     trajs = from_arrow(batch)
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(6)]
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
@@ -84,10 +84,10 @@ def test_same_seed_same_trajectories(engine, tiny_checkpoint):
 def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
     spec = EnvRunnerSpec(env="memrl/ChunkStream-v0",
                          env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
-                         workflow="memagent", workflow_config={"memory_tokens": 16}, tokenizer_path=str(tiny_checkpoint),
-                         sampling=SamplingConfig(max_tokens=16), num_envs=4)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec, engine)
-    batch, _ = ray.get(runner.sample.remote(_tasks(4), 0))
+                         workflow="memagent", workflow_config={"memory_tokens": 16},
+                         tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4)
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
+    batch, _ = ray.get(runner.sample.remote(_tasks(4), engine, 0))
     for t in from_arrow(batch):
         # one memory call per chunk, then the answer call
         assert len(t.conversations) >= 2
@@ -120,8 +120,8 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
     spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
                          workflow="react", workflow_config={}, tokenizer_path=str(path),
                          sampling=SamplingConfig(max_tokens=24), num_envs=4)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec, engine)
-    trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), 0))[0])
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
+    trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), engine, 0))[0])
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(4)]
     overflowed = [t for t in trajs if t.metrics["context_overflow"] == 1.0]
     assert overflowed
@@ -136,8 +136,8 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
 def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_checkpoint, tmp_path):
     path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
     engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint), engine)
+    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
     with pytest.raises(ValueError, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
-        ray.get(runner.sample.remote(_tasks(1)))
+        ray.get(runner.sample.remote(_tasks(1), engine))
     ray.kill(runner)
     ray.kill(engine)
