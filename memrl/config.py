@@ -23,6 +23,7 @@ from ray.tune.tune import _Config
 
 from memrl.engines import ENGINES
 from memrl.engines.base import SamplingConfig
+from memrl.learner.learner import LearnerConfig
 from memrl.learner.losses import LossConfig
 
 
@@ -85,6 +86,15 @@ class LearnersConfig:
     """Most padded tokens per micro-batch."""
     dtype: str = "float32"
     """Learner parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
+    zero_stage: int = 3
+    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters."""
+    param_persistence_threshold: int = 100_000
+    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend of the learners: "sdpa", "eager" or "flash_attention_2" (GPUs, where
+    installed). Stitched trajectories (4D masks) are exact under sdpa and eager."""
+    dist_timeout_s: float = 1800.0
+    """Deadline of the learners' collectives: a rank that never arrives fails the step instead of hanging it."""
     weight_sync_bucket_bytes: int = 64 * 1024**2
     """Bucket size of the learner-to-engine weight broadcast."""
 
@@ -97,8 +107,12 @@ class TrainingConfig:
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW moment decay rates, each in [0, 1)."""
+    eps: float = 1e-8
+    """AdamW denominator epsilon."""
     grad_clip: float = 1.0
-    """Gradient norm clip."""
+    """Gradient norm clip; 0 turns clipping off."""
     tasks_per_iteration: int = 8
     """Distinct tasks (groups) sampled per iteration."""
     group_size: int = 8
@@ -160,6 +174,24 @@ class DebuggingConfig:
     once naming what is missing. Turn off on an autoscaling cluster (`ray up cluster.yaml`), whose nodes come only
     when actors ask for them."""
 
+
+LEARNER_SETTINGS = {
+    "model_path": "learners.model_path",
+    "lr": "training.lr",
+    "weight_decay": "training.weight_decay",
+    "betas": "training.betas",
+    "eps": "training.eps",
+    "grad_clip": "training.grad_clip",
+    "zero_stage": "learners.zero_stage",
+    "param_persistence_threshold": "learners.param_persistence_threshold",
+    "token_budget": "learners.token_budget",
+    "dtype": "learners.dtype",
+    "attn_implementation": "learners.attn_implementation",
+    "dist_timeout_s": "learners.dist_timeout_s",
+    "seed": "debugging.seed",
+}
+"""Where each LearnerConfig setting is set in an AlgorithmConfig (section.field): the one mapping from the builder to
+the learners. compute_ref and head are the algorithm's to choose."""
 
 SECTIONS = {
     "environment": EnvConfig,
@@ -266,7 +298,26 @@ class AlgorithmConfig(_Config):
         if not train.lr > 0:
             raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
+        self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
         LossConfig(**dataclasses.asdict(train.loss))
+
+    def learner_config(self, **overrides) -> LearnerConfig:
+        """The policy learners' LearnerConfig, every setting taken from where LEARNER_SETTINGS says, then `overrides`
+        (e.g. a critic's lr and head). A bad value is named by its builder field (training.eps, not LearnerConfig.eps).
+        """
+        values = {name: getattr(getattr(self, f"{path.split('.')[0]}_cfg"), path.split(".")[1])
+                  for name, path in LEARNER_SETTINGS.items()}
+        values.update(overrides)
+        if isinstance(values["betas"], list):  # a config restored from JSON
+            values["betas"] = tuple(values["betas"])
+        try:
+            return LearnerConfig(**values)
+        except ValueError as exc:
+            message = str(exc)
+            for name, path in LEARNER_SETTINGS.items():
+                if name not in overrides:
+                    message = message.replace(f"LearnerConfig.{name} ", f"{path} ")
+            raise ValueError(message) from None
 
     def resources(self) -> tuple[dict[str, float], list[str]]:
         """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words.

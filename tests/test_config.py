@@ -72,3 +72,37 @@ def test_validation_names_field_and_allowed_values(tmp_path, change, message):
 def test_plain_config_cannot_build(tmp_path):
     with pytest.raises(ValueError, match="no algo_class"):
         _valid(AlgorithmConfig(), tmp_path).build()
+
+
+def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
+    import dataclasses
+
+    from memrl.config import LEARNER_SETTINGS
+    from memrl.learner.learner import LearnerConfig
+
+    chosen = {f.name for f in dataclasses.fields(LearnerConfig)} - {"compute_ref", "head"}
+    assert set(LEARNER_SETTINGS) == chosen
+    config = (_valid(DAPOConfig(), tmp_path)
+              .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7)
+              .training(betas=(0.8, 0.95), eps=1e-6, lr=3e-4).debugging(seed=9))
+    learner = config.learner_config(compute_ref=True)
+    assert (learner.zero_stage, learner.attn_implementation, learner.dist_timeout_s) == (2, "eager", 60.0)
+    assert (learner.betas, learner.eps, learner.lr, learner.seed) == ((0.8, 0.95), 1e-6, 3e-4, 9)
+    assert learner.param_persistence_threshold == 7 and learner.compute_ref and learner.model_path == str(tmp_path)
+    # A config restored from JSON (lists for tuples) maps the same.
+    assert DAPOConfig.from_dict(config.to_dict()).learner_config(compute_ref=True) == learner
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.learners(zero_stage=4), "learners.zero_stage must be 1, 2 or 3, got 4"),
+    (lambda c: c.learners(attn_implementation="flash"), "learners.attn_implementation must be one of"),
+    (lambda c: c.learners(dist_timeout_s=0), "learners.dist_timeout_s must be > 0"),
+    (lambda c: c.learners(dtype="float16"), "learners.dtype must be one of"),
+    (lambda c: c.training(betas=(0.9, 1.0)), r"training.betas must be two values in \[0, 1\)"),
+    (lambda c: c.training(eps=0.0), "training.eps must be > 0"),
+    (lambda c: c.training(weight_decay=-1.0), "training.weight_decay must be >= 0"),
+])
+def test_bad_learner_settings_are_named_by_their_builder_field(tmp_path, change, message):
+    config = change(_valid(DAPOConfig(), tmp_path))
+    with pytest.raises(ValueError, match=message):
+        config.validate()

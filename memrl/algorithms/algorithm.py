@@ -31,7 +31,6 @@ from memrl.learner.advantages import (
     group_advantages,
     overlong_penalty,
 )
-from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import kl_penalty_in_reward
 from memrl.learner.stitching import stitch
@@ -64,11 +63,8 @@ class Algorithm(tune.Trainable):
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
                          "conversations_trained": 0}
-        kl_needed = train.loss.kl_coef > 0
         self.learner_group = LearnerGroup(
-            LearnerConfig(model_path=learn.model_path, lr=train.lr, weight_decay=train.weight_decay,
-                          grad_clip=train.grad_clip, token_budget=learn.token_budget, seed=dbg.seed,
-                          compute_ref=kl_needed, dtype=learn.dtype),
+            self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
             num_learners=learn.num_learners,
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )

@@ -19,7 +19,6 @@ from memrl.algorithms.algorithm import Algorithm
 from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.episode import Trajectory
 from memrl.learner.advantages import gae
-from memrl.learner.learner import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 
@@ -82,9 +81,8 @@ class PPO(Algorithm):
         super().setup(config)
         learn, train = self.cfg.learners_cfg, self.cfg.training_cfg
         self.critic_group = LearnerGroup(
-            LearnerConfig(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
-                          weight_decay=train.weight_decay, grad_clip=train.grad_clip, token_budget=learn.token_budget,
-                          seed=self.seed, dtype=learn.dtype, head="value"),
+            self.cfg.learner_config(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
+                                    head="value"),
             num_learners=learn.num_learners,
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )

@@ -39,6 +39,9 @@ optional (all rows or none)."""
 HEADS = ("lm", "value")
 """What a learner trains: the policy (a causal LM) or a critic (the same backbone with a scalar value head)."""
 
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+"""transformers attention backends a learner may use (flash_attention_2 needs its package and a GPU)."""
+
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
 
@@ -80,8 +83,8 @@ class LearnerConfig:
     backbone with a fresh scalar head (AutoModelForTokenClassification, one label), trained on value targets."""
 
     def __post_init__(self) -> None:
-        if not Path(self.model_path).is_dir():
-            raise ValueError(f"LearnerConfig.model_path {self.model_path!r} is not a local checkpoint directory")
+        # model_path is checked where the learners start (LearnerGroup): a config may name a checkpoint that lives
+        # on the cluster's nodes, not on the machine that builds the config.
         if not self.lr > 0:
             raise ValueError(f"LearnerConfig.lr must be > 0, got {self.lr}")
         if not self.weight_decay >= 0:
@@ -108,6 +111,9 @@ class LearnerConfig:
             raise ValueError("LearnerConfig.compute_ref is for policies; a critic (head='value') has no reference")
         if not self.dist_timeout_s > 0:
             raise ValueError(f"LearnerConfig.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"LearnerConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got "
+                             f"{self.attn_implementation!r}")
 
 
 def deepspeed_config(config: LearnerConfig, train: bool) -> dict:

@@ -63,6 +63,8 @@ class LearnerGroup:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if num_gpus_per_learner < 0:
             raise ValueError(f"num_gpus_per_learner must be >= 0, got {num_gpus_per_learner}")
+        if not Path(config.model_path).is_dir():
+            raise ValueError(f"LearnerConfig.model_path {config.model_path!r} is not a local checkpoint directory")
         self.config = config
         self.num_learners = num_learners
         if not num_gpus_per_learner and not _cpu_comm_op_built():
