@@ -13,13 +13,10 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-import envs
 from memrl.cluster import VERBOSE_ENV, ensure_ray
 from memrl.config import AlgorithmConfig
-from memrl.evaluation import eval_summary
-from memrl.models.tiny import TinyModelConfig, build_tiny_checkpoint, default_corpus
-from memrl.stats import paired_interval
-from memrl.workflows import memagent
+from memrl.models import tiny
+from memrl.stats import eval_summary, paired_interval
 
 RUNS = Path("runs")
 """Where examples write models, checkpoints and results (relative to the working directory)."""
@@ -45,19 +42,9 @@ def init_ray(num_gpus: int) -> None:
     ensure_ray()
 
 
-def model_corpus() -> list[str]:
-    """Text the embedded model's tokenizer is trained on: generic text, every env's tasks and the prompt templates,
-    so that entity names and template words are single tokens."""
-    templates = [memagent.MEMORY_TEMPLATE, memagent.ANSWER_TEMPLATE, memagent.FULL_CONTEXT_TEMPLATE]
-    return [*default_corpus(), *envs.tokenizer_corpus(), *templates * 200]
-
-
 def default_model() -> str:
-    """The embedded tiny model (random weights), built once under runs/."""
-    path = RUNS / "tiny-model"
-    if not (path / "config.json").is_file():
-        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=1536), corpus=model_corpus())
-    return str(path)
+    """The embedded tiny model (random weights), built once under runs/ (memrl.models.tiny.default_model)."""
+    return tiny.default_model(RUNS / "tiny-model")
 
 
 def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:

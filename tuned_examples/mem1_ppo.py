@@ -17,12 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from tuned_examples.common import size_for_gpus
 from tuned_examples.search_agents import (
     HELDOUT,
     MAX_TOKENS,
     env_config,
-    paper_env_config,
+    paper_preset,
     run_search_example,
     warm_start,
     workflow_config,
@@ -51,18 +50,10 @@ def config(model: str | Path | None = None) -> PPOConfig:
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> PPOConfig:
-    """MEM1's preset on GPUs with the paper's prompt; questions from a local QA file (else the synthetic
-    encyclopedia at 2 objectives) and passages from an HTTP retriever (else BM25 over the generator's corpus)."""
-    cfg = (PPOConfig()
-           .environment("memrl/Search-v0",
-                        env_config=paper_env_config("em_sum", PAPER["max_turns"], qa_path, retriever))
-           .env_runners(num_envs_per_env_runner=64, workflow="mem1", max_tokens=PAPER["max_tokens"],
-                        max_calls_per_episode=PAPER["max_turns"])
-           .learners(model_path=model, token_budget=65536)
-           .training(lr=PAPER["lr"], critic_lr=PAPER["critic_lr"], tasks_per_iteration=PAPER["tasks_per_iteration"])
-           .evaluation(evaluation_num_tasks=256)
-           .debugging(seed=0, wandb_project="memrl-mem1"))
-    return size_for_gpus(cfg, num_gpus)
+    """MEM1's preset on GPUs with the paper's prompt (search_agents.paper_preset for the data options)."""
+    cfg = paper_preset(PPOConfig(), "mem1", "em_sum", PAPER["max_turns"], model, num_gpus, qa_path, retriever,
+                       max_tokens=PAPER["max_tokens"])
+    return cfg.training(lr=PAPER["lr"], critic_lr=PAPER["critic_lr"], tasks_per_iteration=PAPER["tasks_per_iteration"])
 
 
 def main() -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import MemPOConfig
-from tuned_examples.common import size_for_gpus
 from tuned_examples.search_agents import (
     HELDOUT,
     MAX_TOKENS,
     env_config,
-    paper_env_config,
+    paper_preset,
     run_search_example,
     warm_start,
     workflow_config,
@@ -57,19 +56,11 @@ def config(model: str | Path | None = None) -> MemPOConfig:
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> MemPOConfig:
-    """MemPO's preset on GPUs with the paper's prompt; questions from a local QA file (else the synthetic
-    encyclopedia at 2 objectives) and passages from an HTTP retriever (else BM25 over the generator's corpus)."""
-    cfg = (MemPOConfig()
-           .environment("memrl/Search-v0",
-                        env_config=paper_env_config("answer_format", PAPER["max_turns"], qa_path, retriever))
-           .env_runners(num_envs_per_env_runner=64, workflow="mempo", max_tokens=1024,
-                        max_calls_per_episode=PAPER["max_turns"])
-           .learners(model_path=model, token_budget=65536)
-           .training(lr=PAPER["lr"], tasks_per_iteration=PAPER["tasks_per_iteration"], group_size=PAPER["group_size"],
-                     kl_coef=PAPER["kl_coef"])
-           .evaluation(evaluation_num_tasks=256)
-           .debugging(seed=0, wandb_project="memrl-mempo"))
-    return size_for_gpus(cfg, num_gpus)
+    """MemPO's preset on GPUs with the paper's prompt (search_agents.paper_preset for the data options)."""
+    cfg = paper_preset(MemPOConfig(), "mempo", "answer_format", PAPER["max_turns"], model, num_gpus, qa_path,
+                       retriever)
+    return cfg.training(lr=PAPER["lr"], tasks_per_iteration=PAPER["tasks_per_iteration"],
+                        group_size=PAPER["group_size"], kl_coef=PAPER["kl_coef"])
 
 
 def main() -> None:

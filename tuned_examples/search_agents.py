@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from tuned_examples.common import parser, run_example
+from memrl.config import AlgorithmConfig
+from tuned_examples.common import parser, run_example, size_for_gpus
 
 NUM_OBJECTIVES = 2
 """Questions per training task."""
@@ -73,22 +74,32 @@ def warm_start(workflow: str, multi: bool = False) -> Path:
     return CHECKPOINTS / f"{workflow}{'_multi' if multi else ''}_search_sft"
 
 
-def paper_env_config(reward: str, max_turns: int, qa_path: str | None = None, retriever: str | None = None) -> dict:
-    """The search env of a GPU preset: two questions per task from the local QA file `qa_path` (else the synthetic
-    encyclopedia), passages from the HTTP `retriever` (else BM25 in process), the paper's turn budget and reward."""
+def paper_preset(config: AlgorithmConfig, workflow: str, reward: str, max_turns: int, model: str, num_gpus: int,
+                 qa_path: str | None = None, retriever: str | None = None, *, max_tokens: int = 1024,
+                 workflow_config: dict | None = None) -> AlgorithmConfig:
+    """What the search examples' GPU presets share, on `config` (the example then sets its paper's training
+    settings): two questions per task from the local QA file `qa_path` (else the synthetic encyclopedia), passages
+    from the HTTP `retriever` (else BM25 in process), the paper's reward and turn budget, `workflow` with the
+    paper's prompt, 64 episodes in flight per runner, 256 held-out tasks, sized for `num_gpus`."""
     env = {"num_objectives": NUM_OBJECTIVES, "max_turns": max_turns, "reward": reward}
     if qa_path:
         env.update(data="file", qa_path=qa_path)
     if retriever:
         env.update(retriever=retriever)
-    return env
+    cfg = (config.environment("memrl/Search-v0", env_config=env)
+           .env_runners(num_envs_per_env_runner=64, workflow=workflow, workflow_config=workflow_config or {},
+                        max_tokens=max_tokens, max_calls_per_episode=max_turns)
+           .learners(model_path=model, token_budget=65536)
+           .evaluation(evaluation_num_tasks=256)
+           .debugging(seed=0, wandb_project=f"memrl-{workflow}"))
+    return size_for_gpus(cfg, num_gpus)
 
 
 def run_search_example(description: str, name: str, config: Callable, paper_config: Callable,
                        cpu_iterations: int) -> dict:
     """A search example's main: `config(model)` on CPU for `cpu_iterations`, or `paper_config(model, num_gpus,
     qa_path, retriever)` with --num-gpus, taking the GPU presets' data options --qa and --retriever (see
-    paper_env_config)."""
+    paper_preset)."""
     p = parser(description)
     p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / HotpotQA / NQ rows), else synthetic questions")
     p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")

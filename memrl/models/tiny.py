@@ -1,4 +1,5 @@
-"""The embedded default model: a tiny Qwen2-architecture causal LM with a locally trained tokenizer.
+"""The embedded default model: a tiny Qwen2-architecture causal LM with a locally trained tokenizer
+(`default_model()` builds the one the tuned examples start from).
 
 Built deterministically from a seed and saved as a normal Hugging Face checkpoint, so
 transformers, vLLM and DeepSpeed load it like any other Qwen2 model. Embeddings are untied:
@@ -142,3 +143,26 @@ def build_tiny_checkpoint(
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
     return path
+
+
+DEFAULT_VOCAB_SIZE = 1536
+"""Vocabulary of the default model: room for every env's entity names and the templates as single tokens."""
+
+
+def default_model_corpus() -> list[str]:
+    """Text the default model's tokenizer is trained on: generic text, every shipped env's tasks and the MemAgent
+    prompt templates, so that entity names and template words are single tokens."""
+    import envs
+    from memrl.workflows import memagent
+
+    templates = [memagent.MEMORY_TEMPLATE, memagent.ANSWER_TEMPLATE, memagent.FULL_CONTEXT_TEMPLATE]
+    return [*default_corpus(), *envs.tokenizer_corpus(), *templates * 200]
+
+
+def default_model(path: str | Path = "runs/tiny-model") -> str:
+    """The default model (random weights, the tokenizer of `default_model_corpus`) at `path`, built there the first
+    time; the shipped warm-starts were trained from it."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=DEFAULT_VOCAB_SIZE), corpus=default_model_corpus())
+    return str(path)

@@ -1,12 +1,11 @@
 """The embedded model's tokenizer fits the envs: every multihop entity name is one token."""
 
 from envs import multihop
-from memrl.models.tiny import build_tokenizer
-from tuned_examples.common import model_corpus
+from memrl.models.tiny import DEFAULT_VOCAB_SIZE, build_tokenizer, default_model_corpus
 
 
 def test_multihop_names_are_single_tokens():
-    tok = build_tokenizer(model_corpus(), vocab_size=1536)
+    tok = build_tokenizer(default_model_corpus(), vocab_size=DEFAULT_VOCAB_SIZE)
     names = set()
     for seed in range(100):
         for doc in multihop.make_task(seed).documents:
