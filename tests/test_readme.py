@@ -33,3 +33,43 @@ def test_using_it_trains_and_saves_from_a_fresh_process(tiny_checkpoint, tmp_pat
     reward, loss = printed[-1]
     assert 0 <= float(reward) <= 1 and float(loss) == float(loss)
     assert (tmp_path / "checkpoints" / "run1" / "algorithm_state.json").is_file()
+
+
+def test_search_env_block_runs_against_a_local_qa_file_and_retrieval_server(tmp_path):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Retrieve(BaseHTTPRequestHandler):
+        """Search-R1's POST /retrieve, answering every query with one fixed passage."""
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            hit = {"document": {"id": "0", "contents": "Kema\nKema was born in Hulport."}, "score": 1.0}
+            data = json.dumps({"result": [[hit] for _ in body["queries"]]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    (tmp_path / "nq_test.jsonl").write_text("".join(
+        json.dumps({"question": f"where was person {i} born?", "golden_answers": ["Hulport"]}) + "\n"
+        for i in range(4)))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Retrieve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    code = _block("import gymnasium")
+    assert "127.0.0.1:8000" in code
+    code = code.replace("127.0.0.1:8000", f"127.0.0.1:{server.server_address[1]}")
+    code += "\nprint(repr(obs))\nprint(repr(env.step('<search>Kema</search>')[0]))\n"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, searched = proc.stdout.strip().splitlines()[-2:]
+    assert "where was person" in first and "Kema was born in Hulport" in searched

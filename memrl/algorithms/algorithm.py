@@ -18,22 +18,16 @@ from typing import Any
 
 import numpy as np
 import ray
-import torch
 from ray import tune
 
 from memrl.cluster import verbose
-from memrl.config import AlgorithmConfig, TrainingConfig
+from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
-from memrl.learner.advantages import (
-    dynamic_sampling_mask,
-    group_advantages,
-    overlong_penalty,
-)
+from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
 from memrl.learner.learner_group import LearnerGroup
-from memrl.learner.losses import kl_penalty_in_reward
-from memrl.learner.stitching import stitch
+from memrl.learner.rows import RowBatch, TrainRow, build_rows, shape_rewards
 from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
@@ -119,19 +113,15 @@ class Algorithm(tune.Trainable):
         learner_metrics: dict[str, float] = {}
         if kept:
             train = self.cfg.training_cfg
-            rows = self.build_rows(kept, stitched=train.stitch_trajectories)
+            batch = build_rows(kept, stitched=train.stitch_trajectories)
             if not train.use_rollout_logprobs:
-                old, _ = self.learner_group.compute_logprobs(rows)
-                for row, lp in zip(rows, old):
-                    row["old_logprobs"] = lp
+                batch.set("old_logprobs", self.learner_group.compute_logprobs(batch.rows)[0])
             if train.loss.kl_coef > 0:
-                ref, _ = self.learner_group.compute_logprobs(rows, reference=True)
-                for row, lp in zip(rows, ref):
-                    row["ref_logprobs"] = lp
-            advantage_metrics = self.compute_advantages(kept, rows)
-            learner_metrics = {**self._train_minibatches(rows, kept), **advantage_metrics}
+                batch.set("ref_logprobs", self.learner_group.compute_logprobs(batch.rows, reference=True)[0])
+            advantage_metrics = self.compute_advantages(kept, batch)
+            learner_metrics = {**self._train_minibatches(batch.rows, kept), **advantage_metrics}
             self.counters["trajectories_trained"] += len(kept)
-            self.counters["conversations_trained"] += len(rows)
+            self.counters["conversations_trained"] += sum(len(t.conversations) for t in kept)
         t_learned = time.perf_counter()
         sync = self.sync_weights()
         t_end = time.perf_counter()
@@ -203,14 +193,15 @@ class Algorithm(tune.Trainable):
             for k in range(train.group_size)
         ]
 
-    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        """Give every row its per-token "advantages" and return figures for the result's "learners" section: here
-        each trajectory's group-relative advantage on all of its tokens (PPO and MemPO override this)."""
-        rewards = self.training_rewards(trajectories, rows)
-        self.assign_advantages(rows, trajectories, self.trajectory_advantages(trajectories, rewards))
+    def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
+        """Give every row of `batch` its per-token "advantages" and return figures for the result's "learners"
+        section: here each trajectory's group-relative advantage on all of its tokens (PPO and MemPO override
+        this)."""
+        rewards = self.training_rewards(trajectories, batch.rows)
+        batch.assign_advantages(self.trajectory_advantages(trajectories, rewards))
         return {}
 
-    def training_rewards(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> np.ndarray:
+    def training_rewards(self, trajectories: list[Trajectory], rows: list[TrainRow]) -> np.ndarray:
         """Rewards the advantages are computed from (see `shape_rewards`)."""
         return shape_rewards(trajectories, rows, self.cfg.training_cfg, self.cfg.env_runners_cfg.max_tokens)
 
@@ -219,7 +210,7 @@ class Algorithm(tune.Trainable):
         return group_advantages(rewards, [t.group_id for t in trajectories],
                                 norm_std=self.cfg.training_cfg.norm_adv_by_std)
 
-    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
+    def _train_minibatches(self, rows: list[TrainRow], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:
         """training.num_minibatches optimizer steps of `group` (the policy by default), each on the rows of a
         contiguous share of the trajectories.
@@ -238,41 +229,6 @@ class Algorithm(tune.Trainable):
         merged = {k: float(np.sum([s[k] for s in steps]) if k in counts else np.mean([s[k] for s in steps]))
                   for k in steps[0]}
         return {**merged, "optimizer_steps": float(len(steps))}
-
-    @staticmethod
-    def build_rows(trajectories: list[Trajectory], stitched: bool = False) -> list[dict[str, np.ndarray]]:
-        """Learner rows in trajectory order, each with the index of its "trajectory" (advantages come later).
-
-        One row per conversation; or, stitched, one token-tree row per trajectory (memrl.learner.stitching) in
-        which tokens no conversation generated carry loss mask 0.
-        """
-        if not stitched:
-            return [
-                {"prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "loss_mask": c.loss_mask,
-                 "old_logprobs": c.logprobs, "trajectory": i}
-                for i, t in enumerate(trajectories) for c in t.conversations
-            ]
-        rows = []
-        for i, t in enumerate(trajectories):
-            tree = stitch([(c.prompt_ids, c.response_ids) for c in t.conversations])
-            rows.append({"prompt_ids": tree.prompt_ids, "response_ids": tree.response_ids, "parents": tree.parents,
-                         "loss_mask": tree.scatter([c.loss_mask for c in t.conversations], dtype=np.int8),
-                         "old_logprobs": tree.scatter([c.logprobs for c in t.conversations]), "trajectory": i})
-        return rows
-
-    @staticmethod
-    def assign_advantages(rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
-                          advantages: np.ndarray) -> None:
-        """Give every response token of each row (from build_rows) its trajectory's advantage."""
-        advantages = np.asarray(advantages, dtype=np.float64)
-        if advantages.shape != (len(trajectories),):
-            raise ValueError(f"need one advantage per trajectory ({len(trajectories)}), got shape {advantages.shape}")
-        covered = {row["trajectory"] for row in rows}
-        if covered != set(range(len(trajectories))):
-            raise ValueError(f"rows cover trajectories {sorted(covered)}; every one of the {len(trajectories)} "
-                             "trajectories needs its rows")
-        for row in rows:
-            row["advantages"] = np.full(len(row["response_ids"]), advantages[row["trajectory"]], dtype=np.float32)
 
     def sync_weights(self) -> dict[str, float]:
         """Broadcast the learner's weights to every engine as the next version."""
@@ -359,27 +315,6 @@ class Algorithm(tune.Trainable):
         self.learner_group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
-
-
-def shape_rewards(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], train: TrainingConfig,
-                  max_tokens: int) -> np.ndarray:
-    """Env rewards, shaped: DAPO's overlong penalty per conversation and, with kl_in_reward, minus kl_coef times
-    the KL summed over the trajectory's loss tokens. `rows` come from build_rows (with ref_logprobs when the KL is
-    in the reward)."""
-    rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
-    if train.overlong_buffer_tokens:
-        for i, t in enumerate(trajectories):
-            lengths = [len(c.response_ids) for c in t.conversations]
-            rewards[i] += overlong_penalty(lengths, max_tokens, train.overlong_buffer_tokens,
-                                           train.overlong_penalty).sum()
-    if train.loss.kl_in_reward and train.loss.kl_coef > 0:
-        for row in rows:
-            lp, ref = torch.as_tensor(row["old_logprobs"]), torch.as_tensor(row["ref_logprobs"])
-            mask = torch.as_tensor(row["loss_mask"], dtype=torch.float32)
-            shaped = kl_penalty_in_reward(torch.zeros_like(lp), lp, ref, mask, train.loss.kl_coef,
-                                          train.loss.kl_estimator)
-            rewards[row["trajectory"]] += float(shaped.sum())
-    return rewards
 
 
 def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float = 900.0) -> None:

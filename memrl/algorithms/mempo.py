@@ -19,7 +19,7 @@ from memrl.algorithms.grpo import GRPOConfig
 from memrl.config import TrainingConfig
 from memrl.episode import Trajectory
 from memrl.learner.advantages import group_advantages, memory_rewards
-from memrl.learner.stitching import stitch
+from memrl.learner.rows import RowBatch
 
 MEMORY_SPAN = "mem"
 """The span (Conversation.spans) the memory advantage lands on."""
@@ -56,20 +56,19 @@ class MemPO(Algorithm):
     def get_default_config(cls) -> MemPOConfig:
         return MemPOConfig()
 
-    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        super().compute_advantages(trajectories, rows)
-        train = self.cfg.training_cfg
-        return add_memory_advantages(trajectories, rows, train.stitch_trajectories,
+    def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
+        super().compute_advantages(trajectories, batch)
+        return add_memory_advantages(trajectories, batch,
                                      lambda score_rows: self.learner_group.compute_logprobs(score_rows)[0],
-                                     train.memory_advantage_coef)
+                                     self.cfg.training_cfg.memory_advantage_coef)
 
 
-def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]], stitched: bool,
-                          score, coef: float = 1.0) -> dict[str, float]:
-    """Add coef * A^M to rows' "advantages" on each memory's span tokens; returns the batch's memory figures.
+def add_memory_advantages(trajectories: list[Trajectory], batch: RowBatch, score,
+                          coef: float = 1.0) -> dict[str, float]:
+    """Add coef * A^M to the batch's "advantages" on each memory's span tokens; returns the batch's memory figures.
 
     `score(rows)` gives per-row logprobs of each row's response (the gold answer) after its prompt (a probe
-    context). Rows come from Algorithm.build_rows(trajectories, stitched) with advantages already set.
+    context). `batch` is the trajectories' rows (memrl.learner.rows.build_rows) with advantages already set.
     """
     memories = [(i, k) for i, t in enumerate(trajectories) for k, c in enumerate(t.conversations)
                 if MEMORY_SPAN in c.spans and {"memory", "prefix", "answer"} <= c.probes.keys()]
@@ -83,28 +82,10 @@ def add_memory_advantages(trajectories: list[Trajectory], rows: list[dict[str, n
     logprobs = score(score_rows)
     rewards = memory_rewards(logprobs[0::2], logprobs[1::2])
     advantages = coef * group_advantages(rewards, [trajectories[i].group_id for i, _ in memories], norm_std=True)
-    where = conversation_positions(trajectories, stitched)
     for (i, k), advantage in zip(memories, advantages):
-        row, positions = where[i][k]
-        for start, end in trajectories[i].conversations[k].spans[MEMORY_SPAN]:
-            rows[row]["advantages"][positions[start:end]] += np.float32(advantage)
+        batch.add_to_span(i, k, trajectories[i].conversations[k].spans[MEMORY_SPAN], advantage)
     return {"memory_count": float(len(memories)), "memory_reward_mean": float(rewards.mean()),
             "memory_p_gold_mean": float(np.mean([np.exp(np.mean(lp)) for lp in logprobs[0::2]]))}
-
-
-def conversation_positions(trajectories: list[Trajectory], stitched: bool) -> list[list[tuple[int, np.ndarray]]]:
-    """Per trajectory, per conversation: (index of its row in build_rows order, where its response tokens sit in
-    that row's response)."""
-    out, row = [], 0
-    for t in trajectories:
-        if stitched:
-            tree = stitch([(c.prompt_ids, c.response_ids) for c in t.conversations])
-            out.append([(row, index) for index in tree.response_index])
-            row += 1
-        else:
-            out.append([(row + k, np.arange(len(c.response_ids))) for k, c in enumerate(t.conversations)])
-            row += len(t.conversations)
-    return out
 
 
 MemPOConfig.algo_class = MemPO

@@ -21,6 +21,7 @@ from memrl.episode import Trajectory
 from memrl.learner.advantages import gae
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
+from memrl.learner.rows import RowBatch, TrainRow
 
 
 @dataclass
@@ -87,13 +88,13 @@ class PPO(Algorithm):
             num_gpus_per_learner=learn.num_gpus_per_learner,
         )
 
-    def compute_advantages(self, trajectories: list[Trajectory], rows: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
         """Per-token GAE advantages and returns from the critic's values; the reward sits on each trajectory's
         last trained token."""
         train = self.cfg.training_cfg
+        rows = batch.rows
         rewards = self.training_rewards(trajectories, rows)
-        for row, values in zip(rows, self.critic_group.compute_values(rows), strict=True):
-            row["old_values"] = values
+        batch.set("old_values", self.critic_group.compute_values(rows))
         token_advantages(rows, rewards, train.gamma, train.lam)
         trained = np.concatenate([row["advantages"][row["loss_mask"] > 0] for row in rows])
         figures = {"advantage_abs_mean": float(np.abs(trained).mean()) if len(trained) else 0.0}
@@ -101,7 +102,7 @@ class PPO(Algorithm):
             whiten([row["advantages"] for row in rows], [row["loss_mask"] for row in rows])
         return figures
 
-    def _train_minibatches(self, rows: list[dict[str, np.ndarray]], trajectories: list[Trajectory],
+    def _train_minibatches(self, rows: list[TrainRow], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:
         """A critic step on the returns, then (after the warm-up iterations) the policy's steps."""
         critic = super()._train_minibatches(rows, trajectories, self.critic_group)
@@ -123,13 +124,14 @@ class PPO(Algorithm):
         self.critic_group.shutdown()
 
 
-def token_advantages(rows: list[dict[str, np.ndarray]], rewards: np.ndarray, gamma: float, lam: float) -> None:
-    """In place: per-token "advantages" and "returns" of rows (from build_rows, with "old_values") by GAE.
+def token_advantages(rows: list[TrainRow], rewards: np.ndarray, gamma: float, lam: float) -> None:
+    """In place: per-token "advantages" and "returns" of rows (memrl.learner.rows.build_rows, with "old_values") by
+    GAE.
 
     A trajectory's rows, in order, are one sequence; its reward sits on its last trained token, and tokens with
     loss mask 0 are jumped over (they get 0), so plain and stitched rows of a trajectory get the same values.
     """
-    by_trajectory: dict[int, list[dict]] = {}
+    by_trajectory: dict[int, list[TrainRow]] = {}
     for row in rows:
         by_trajectory.setdefault(row["trajectory"], []).append(row)
     for i, own in by_trajectory.items():

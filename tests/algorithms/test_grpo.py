@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from memrl.algorithms import DAPOConfig, GRPOConfig
-from memrl.algorithms.algorithm import Algorithm
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import group_advantages
 from memrl.learner.batching import pad_rows
 from memrl.learner.losses import compute_loss
+from memrl.learner.rows import build_rows
 
 
 def _trajectory(response_lengths: list[int], reward: float, group: str) -> Trajectory:
@@ -26,8 +26,9 @@ def test_dapo_advantage_reaches_every_token_of_every_conversation_and_token_mean
                                   norm_std=cfg.training_cfg.norm_adv_by_std)
     np.testing.assert_allclose(advantages, [1 / 3, -2 / 3, 1 / 3])  # R - group mean, no std (DAPO)
 
-    rows = Algorithm.build_rows(trajectories)
-    Algorithm.assign_advantages(rows, trajectories, advantages)
+    batch = build_rows(trajectories)
+    batch.assign_advantages(advantages)
+    rows = batch.rows
     assert len(rows) == 6
     expected = [[1 / 3] * 2, [-2 / 3], [-2 / 3] * 4, [-2 / 3] * 2, [1 / 3] * 3, [1 / 3]]
     for row, exp in zip(rows, expected, strict=True):
@@ -44,13 +45,6 @@ def test_dapo_advantage_reaches_every_token_of_every_conversation_and_token_mean
     assert loss.item() == pytest.approx(-(2 / 3 - 7 * 2 / 3 + 4 / 3) / 13, abs=1e-6)
     loss.backward()
     torch.testing.assert_close(logprobs.grad, -adv / 13)
-
-
-def test_assign_advantages_rejects_rows_that_do_not_match_the_trajectories():
-    trajectories = [_trajectory([2, 2], 1.0, "g"), _trajectory([1], 0.0, "g")]
-    rows = Algorithm.build_rows(trajectories)[:2]
-    with pytest.raises(ValueError):
-        Algorithm.assign_advantages(rows, trajectories, np.array([0.5, -0.5]))
 
 
 def test_grpo_normalises_by_the_group_std():

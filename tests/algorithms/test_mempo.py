@@ -8,11 +8,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from envs.search import SearchEnv
-from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.mempo import add_memory_advantages
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import memory_rewards
 from memrl.learner.batching import pad_rows
+from memrl.learner.rows import build_rows
 from memrl.workflows.search import PASSAGE, MemPOWorkflow
 from tuned_examples.search_agents import env_config, workflow_config
 
@@ -53,10 +53,11 @@ def test_memory_advantage_lands_on_exactly_the_mem_tokens(stitched, coef):
     t1 = Trajectory([_conversation([1, 2], [30, 31, 32], span=(2, 3), answer_prob=40),
                      _conversation([1, 2, 6], [40, 41])], reward=0.0, group_id="g")
     trajectories = [t0, t1]
-    rows = Algorithm.build_rows(trajectories, stitched=stitched)
-    Algorithm.assign_advantages(rows, trajectories, np.array([0.7, -0.7]))
+    batch = build_rows(trajectories, stitched=stitched)
+    batch.assign_advantages(np.array([0.7, -0.7]))
+    rows = batch.rows
     before = [row["advantages"].copy() for row in rows]
-    figures = add_memory_advantages(trajectories, rows, stitched, _fake_score, coef)
+    figures = add_memory_advantages(trajectories, batch, _fake_score, coef)
 
     rewards = np.array([0.9, 0.3, 0.4]) - 0.1
     expected = coef * (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
@@ -93,10 +94,10 @@ def test_memory_advantage_coef_is_a_mempo_training_setting():
 
 def test_no_probes_leave_advantages_alone():
     trajectories = [Trajectory([_conversation([1, 2], [3, 4])], reward=1.0, group_id="g")]
-    rows = Algorithm.build_rows(trajectories)
-    Algorithm.assign_advantages(rows, trajectories, np.array([0.5]))
-    assert add_memory_advantages(trajectories, rows, False, _fake_score) == {"memory_count": 0.0}
-    np.testing.assert_allclose(rows[0]["advantages"], [0.5, 0.5])
+    batch = build_rows(trajectories)
+    batch.assign_advantages(np.array([0.5]))
+    assert add_memory_advantages(trajectories, batch, _fake_score) == {"memory_count": 0.0}
+    np.testing.assert_allclose(batch.rows[0]["advantages"], [0.5, 0.5])
 
 
 WARM_START = Path(__file__).resolve().parents[2] / "tuned_examples" / "checkpoints" / "mempo_search_sft"

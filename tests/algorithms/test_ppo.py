@@ -7,9 +7,9 @@ import pytest
 import ray
 
 from memrl.algorithms import PPOConfig
-from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.ppo import token_advantages, whiten
 from memrl.episode import Conversation, Trajectory
+from memrl.learner.rows import build_rows
 
 
 def _trajectory(reward: float) -> Trajectory:
@@ -40,7 +40,7 @@ def _with_values(rows, trajectories, stitched: bool):
 
 def test_gae_puts_reward_minus_value_on_trained_tokens_and_zero_elsewhere():
     trajectories = [_trajectory(1.0), _trajectory(0.0)]
-    rows = _with_values(Algorithm.build_rows(trajectories), trajectories, stitched=False)
+    rows = _with_values(build_rows(trajectories).rows, trajectories, stitched=False)
     token_advantages(rows, np.array([1.0, 0.0]), gamma=1.0, lam=1.0)
     # gamma = lam = 1: every trained token's advantage is R - V(token); the masked token (the 3) gets 0.
     np.testing.assert_allclose(rows[0]["advantages"], [0.9, 0.9], rtol=1e-6)
@@ -57,8 +57,8 @@ def test_gae_puts_reward_minus_value_on_trained_tokens_and_zero_elsewhere():
 @pytest.mark.parametrize("lam", [1.0, 0.9])
 def test_stitched_rows_get_the_advantages_of_their_conversations(lam):
     trajectories = [_trajectory(1.0), _trajectory(0.0)]
-    plain = _with_values(Algorithm.build_rows(trajectories), trajectories, stitched=False)
-    stitched = _with_values(Algorithm.build_rows(trajectories, stitched=True), trajectories, stitched=True)
+    plain = _with_values(build_rows(trajectories).rows, trajectories, stitched=False)
+    stitched = _with_values(build_rows(trajectories, stitched=True).rows, trajectories, stitched=True)
     rewards = np.array([1.0, 0.0])
     token_advantages(plain, rewards, gamma=0.95, lam=lam)
     token_advantages(stitched, rewards, gamma=0.95, lam=lam)

@@ -92,8 +92,10 @@ def _assert_same_weights(actual: dict, expected: dict, atol: float) -> None:
 
 
 def test_config_names_bad_values(tiny_checkpoint):
-    with pytest.raises(ValueError, match="model_path"):
-        LearnerConfig(model_path="/no/such/checkpoint")
+    with pytest.raises(ValueError, match="model_path '/no/such/checkpoint' is not a local checkpoint directory"):
+        LearnerGroup(LearnerConfig(model_path="/no/such/checkpoint"))  # named before any actor or placement
+    with pytest.raises(ValueError, match="attn_implementation"):
+        LearnerConfig(model_path=str(tiny_checkpoint), attn_implementation="flash")
     with pytest.raises(ValueError, match="zero_stage"):
         LearnerConfig(model_path=str(tiny_checkpoint), zero_stage=0)
     with pytest.raises(ValueError, match="dtype"):

@@ -8,8 +8,8 @@ from transformers import AutoTokenizer
 
 from memrl.engines.base import SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
-from memrl.rollout import EnvRunner, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.episode import from_arrow
+from memrl.rollout import EnvRunner, EnvRunnerGroup, EnvRunnerSpec, Task
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
-"""Reward shaping and advantage rows of the Algorithm, on hand-built trajectories (no actors)."""
+"""Learner rows: laid out once (plain or stitched), shaped rewards, and advantages per trajectory or per call."""
 
 import numpy as np
 import pytest
 
-from memrl.algorithms.algorithm import Algorithm, shape_rewards
 from memrl.config import TrainingConfig
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.losses import LossConfig
+from memrl.learner.rows import build_rows, shape_rewards
 
 
 def _traj(reward: float, response_lengths: list[int], group: str = "g") -> Trajectory:
@@ -16,7 +16,7 @@ def _traj(reward: float, response_lengths: list[int], group: str = "g") -> Traje
 
 def test_plain_rewards_pass_through():
     trajs = [_traj(1.0, [3, 2]), _traj(0.0, [4])]
-    rows = Algorithm.build_rows(trajs)
+    rows = build_rows(trajs).rows
     assert len(rows) == 3 and [len(r["response_ids"]) for r in rows] == [3, 2, 4]
     np.testing.assert_array_equal(shape_rewards(trajs, rows, TrainingConfig(), max_tokens=10), [1.0, 0.0])
 
@@ -25,13 +25,13 @@ def test_overlong_penalty_per_conversation():
     # max 10, buffer 4: length <= 6 free; 8 -> -(8-6)/4 = -0.5; 10 -> -1
     trajs = [_traj(1.0, [8, 10]), _traj(1.0, [6])]
     train = TrainingConfig(overlong_buffer_tokens=4, overlong_penalty=1.0)
-    rewards = shape_rewards(trajs, Algorithm.build_rows(trajs), train, max_tokens=10)
+    rewards = shape_rewards(trajs, build_rows(trajs).rows, train, max_tokens=10)
     np.testing.assert_allclose(rewards, [1.0 - 0.5 - 1.0, 1.0])
 
 
 def test_kl_in_reward_sums_over_loss_tokens():
     trajs = [_traj(1.0, [2, 1])]
-    rows = Algorithm.build_rows(trajs)
+    rows = build_rows(trajs).rows
     # rollout logprob -1 everywhere; ref -1 - ln2 -> log ratio ln2, k1 = ln2 per token
     for row in rows:
         row["ref_logprobs"] = np.full(len(row["response_ids"]), -1.0 - np.log(2), dtype=np.float32)
@@ -48,13 +48,32 @@ def test_stitched_rows_put_each_conversations_arrays_on_its_own_tokens():
     convs = [Conversation(prompt_ids=[1, 2], response_ids=[5, 6], logprobs=[-0.5, -0.6], loss_mask=[1, 0]),
              Conversation(prompt_ids=[1, 2, 7], response_ids=[8], logprobs=[-0.8])]
     trajs = [Trajectory(convs, reward=1.0, group_id="g"), _traj(0.0, [2], "g")]
-    rows = Algorithm.build_rows(trajs, stitched=True)
+    batch = build_rows(trajs, stitched=True)
+    rows = batch.rows
     assert [r["trajectory"] for r in rows] == [0, 1]
     row = rows[0]
     assert row["prompt_ids"].tolist() == [1, 2] and row["response_ids"].tolist() == [5, 6, 7, 8]
     assert row["parents"].tolist() == [-1, 0, 1, 2, 1, 4]
     assert row["loss_mask"].tolist() == [1, 0, 0, 1]  # the context token 7 is never trained on
     np.testing.assert_allclose(row["old_logprobs"], [-0.5, -0.6, 0.0, -0.8])
-    Algorithm.assign_advantages(rows, trajs, np.array([0.5, -0.5]))
+    batch.assign_advantages(np.array([0.5, -0.5]))
     np.testing.assert_allclose(rows[0]["advantages"], [0.5] * 4)
     np.testing.assert_allclose(rows[1]["advantages"], [-0.5] * 2)
+
+
+@pytest.mark.parametrize("stitched", [False, True])
+def test_per_call_advantages_land_on_each_calls_own_tokens(stitched):
+    # Mem-alpha style: every call has its own reward. Same trajectories as above; the second call adds context [7].
+    convs = [Conversation(prompt_ids=[1, 2], response_ids=[5, 6], logprobs=[-0.5, -0.6]),
+             Conversation(prompt_ids=[1, 2, 7], response_ids=[8], logprobs=[-0.8])]
+    trajs = [Trajectory(convs, reward=1.0, group_id="g"), _traj(0.0, [2, 3], "g")]
+    batch = build_rows(trajs, stitched=stitched)
+    batch.assign_advantages([np.array([0.25, -1.0]), np.array([0.5, 2.0])])
+    got = [batch.rows[row]["advantages"][index].tolist() for where in batch.positions for row, index in where]
+    assert got == [[0.25, 0.25], [-1.0], [0.5, 0.5], [2.0, 2.0, 2.0]]
+    if stitched:  # the context token 7 belongs to no call: 0, and its loss mask is 0 too
+        assert batch.rows[0]["advantages"].tolist() == [0.25, 0.25, 0.0, -1.0]
+    with pytest.raises(ValueError, match="trajectory 1 has 2 conversations; got 1 advantages"):
+        batch.assign_advantages([np.array([0.25, -1.0]), np.array([0.5])])
+    with pytest.raises(ValueError, match=r"need one advantage per trajectory \(2\), got shape \(3,\)"):
+        batch.assign_advantages(np.zeros(3))
