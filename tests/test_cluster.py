@@ -28,3 +28,28 @@ def test_more_cpus_than_the_cluster_has_fail_at_once(ray_session, tiny_checkpoin
     with pytest.raises(RuntimeError, match=r"PPOConfig needs 9 CPU.*3 critic learners.*has 8 CPU"):
         config.build()
     assert config.debugging(check_resources=False).resources()[0]["CPU"] == 9.0
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_actor_output_reaches_the_console_only_when_asked_for(tmp_path, verbose):
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import ray\n"
+        "from memrl.cluster import ensure_ray\n"
+        "ensure_ray()\n"
+        "@ray.remote\n"
+        "def chatty():\n"
+        "    print('library chatter from an actor', flush=True)\n"
+        "    return 1\n"
+        "assert ray.get(chatty.remote()) == 1\n"
+        "import time; time.sleep(2)  # give Ray's log monitor time to forward what it would\n"
+    )
+    env = {**os.environ, "MEMRL_VERBOSE": "1" if verbose else "0"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("library chatter from an actor" in proc.stdout + proc.stderr) == verbose

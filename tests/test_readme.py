@@ -73,3 +73,31 @@ def test_search_env_block_runs_against_a_local_qa_file_and_retrieval_server(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, searched = proc.stdout.strip().splitlines()[-2:]
     assert "where was person" in first and "Kema was born in Hulport" in searched
+
+
+@pytest.mark.slow
+def test_sft_block_trains_until_done_and_saves_the_model(tmp_path):
+    code = _block("from memrl.algorithms import SFTConfig")
+    for old, new in [("steps=100, steps_per_iteration=50, num_train_tasks=200", "steps=4, steps_per_iteration=2, "
+                      "num_train_tasks=20"), ("evaluation_num_tasks=32", "evaluation_num_tasks=4")]:
+        assert old in code
+        code = code.replace(old, new)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line.split()[0] for line in proc.stdout.splitlines() if re.fullmatch(r"\d+ \S+", line)] == ["2"]
+    assert (tmp_path / "runs" / "echo-sft" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_sft_command_writes_the_model_and_its_summary(tmp_path):
+    (command,) = [line for line in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+                  if line.startswith("python -m memrl.sft")]
+    args = command.split()[3:]
+    args[args.index("--steps") + 1] = "2"
+    args[args.index("--model") + 1] = str(README.parent / args[args.index("--model") + 1])
+    args += ["--num-train-tasks", "20", "--num-eval-tasks", "4"]
+    proc = subprocess.run([sys.executable, "-m", "memrl.sft", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "final (step 2)" in proc.stdout
+    assert (tmp_path / "runs" / "echo-sft" / "sft_summary.json").is_file()

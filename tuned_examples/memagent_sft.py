@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 from memrl import sft
+from memrl.algorithms.sft import SFTConfig
 from tuned_examples.common import default_model
 from tuned_examples.memagent_dapo import CHECKPOINTS, cpu_task
 
@@ -29,12 +30,15 @@ def build(workflow: str, out: Path, steps: int, num_train_tasks: int, num_eval_t
     summary."""
     model = str(model or default_model())
     env_config, workflow_config = cpu_task(workflow, tokenizer_path=model)
-    config = sft.SFTConfig(env="memrl/ChunkStream-v0", env_config=env_config, workflow=workflow,
-                           workflow_config=workflow_config, model_path=model, out=str(out), steps=steps,
-                           batch_size=64, lr=1e-3, num_learners=2, token_budget=4096,
-                           num_train_tasks=num_train_tasks, num_eval_tasks=num_eval_tasks,
-                           eval_every=min(150, steps), seed=0)
-    return sft.run(config)
+    config = (SFTConfig()
+              .environment("memrl/ChunkStream-v0", env_config=env_config)
+              .env_runners(workflow=workflow, workflow_config=workflow_config)
+              .learners(model_path=model, num_learners=2, token_budget=4096)
+              .training(lr=1e-3, batch_size=64, steps=steps, steps_per_iteration=min(150, steps),
+                        num_train_tasks=num_train_tasks)
+              .evaluation(evaluation_num_tasks=num_eval_tasks)
+              .debugging(seed=0))
+    return sft.run(config, out)
 
 
 def main() -> None:

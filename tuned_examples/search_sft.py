@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memrl import sft
+from memrl.algorithms.sft import SFTConfig
 from tuned_examples.common import RUNS, default_model
 from tuned_examples.search_agents import CHECKPOINTS, NUM_OBJECTIVES, env_config, warm_start, workflow_config
 
@@ -59,14 +60,16 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
     task_options = [{"num_objectives": n, "max_turns": env_config(n)["max_turns"]} for n in stage.objectives]
-    config = sft.SFTConfig(env="memrl/Search-v0", env_config=env_config(max(stage.objectives)), workflow=workflow,
-                           workflow_config=workflow_config(workflow),
-                           model_path=str(Path(init or default_model()).resolve()), out=str(out.resolve()),
-                           steps=stage.steps, batch_size=32, lr=1e-3, num_learners=2,
-                           token_budget=8192, num_train_tasks=stage.num_train_tasks, num_eval_tasks=num_eval_tasks,
-                           eval_every=min(400, stage.steps), seed=0,
-                           task_options=task_options if len(stage.objectives) > 1 else [])
-    return sft.run(config)
+    config = (SFTConfig()
+              .environment("memrl/Search-v0", env_config=env_config(max(stage.objectives)))
+              .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
+              .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
+              .training(lr=1e-3, batch_size=32, steps=stage.steps, steps_per_iteration=min(400, stage.steps),
+                        num_train_tasks=stage.num_train_tasks,
+                        task_options=task_options if len(stage.objectives) > 1 else [])
+              .evaluation(evaluation_num_tasks=num_eval_tasks)
+              .debugging(seed=0))
+    return sft.run(config, out.resolve())
 
 
 def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_tasks: int) -> dict:
@@ -87,7 +90,7 @@ def with_earlier_stages(summary: dict, base: Path) -> dict:
     "earlier_stages", written back to its checkpoint."""
     earlier = json.loads((base / sft.SUMMARY_FILE).read_text())
     summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
-    (Path(summary["config"]["out"]) / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    (Path(summary["out"]) / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     return summary
 
 

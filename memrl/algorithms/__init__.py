@@ -1,8 +1,10 @@
-"""RL algorithms: each an Algorithm (a Ray Tune Trainable) with its AlgorithmConfig."""
+"""Algorithms, each an Algorithm (a Ray Tune Trainable) with its AlgorithmConfig: the RL methods and SFT."""
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import DAPO, GRPO, DAPOConfig, GRPOConfig
 from memrl.algorithms.mempo import MemPO, MemPOConfig
 from memrl.algorithms.ppo import PPO, PPOConfig
+from memrl.algorithms.sft import SFT, SFTConfig
 
-__all__ = ["DAPO", "GRPO", "PPO", "Algorithm", "DAPOConfig", "GRPOConfig", "MemPO", "MemPOConfig", "PPOConfig"]
+__all__ = ["DAPO", "GRPO", "PPO", "SFT", "Algorithm", "DAPOConfig", "GRPOConfig", "MemPO", "MemPOConfig", "PPOConfig",
+           "SFTConfig"]

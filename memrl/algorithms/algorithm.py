@@ -261,8 +261,7 @@ class Algorithm(tune.Trainable):
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         self.learner_group.save_checkpoint(str(Path(checkpoint_dir) / "learner"))
-        state = {"iteration": self.iteration, "weight_version": self.weight_version, "counters": self.counters,
-                 "config": self.cfg.to_dict()}
+        state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
         (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
@@ -271,8 +270,17 @@ class Algorithm(tune.Trainable):
             raise FileNotFoundError(f"{checkpoint_dir} is not a memrl checkpoint (no {STATE_FILE})")
         state = json.loads(state_file.read_text())
         self.learner_group.load_checkpoint(str(Path(checkpoint_dir) / "learner"))
-        self.counters = state["counters"]
         self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
+        self.restore_state(state)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides the learners' weights and optimizer (JSON): the weight version and the
+        episode counters."""
+        return {"weight_version": self.weight_version, "counters": self.counters}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Take back `checkpoint_state`'s figures once the learners are restored."""
+        self.counters = state["counters"]
         self.weight_version = state["weight_version"] - 1
         self.sync_weights()  # engines get the restored weights under the saved version
 

@@ -12,7 +12,7 @@ class Workflow(ABC):
 
     The env runner calls `reset` with the env's first observation, then loops: `prompt_ids` -> LLM ->
     `on_response` (returns the env action) -> env.step -> `observe`, until the env ends the episode.
-    One instance serves one trajectory at a time. A workflow that supports SFT warm-starts (memrl.sft) also
+    One instance serves one trajectory at a time. A workflow that supports SFT warm-starts (memrl.algorithms.sft) also
     implements `expert_response(action) -> str`: the response text its own `on_response` parses back to `action`.
     """
 

@@ -62,7 +62,7 @@ def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
     for workflow in ("memagent", "full_context"):
         summary = memagent_sft.build(workflow, tmp_path / workflow, steps=2, num_train_tasks=4, num_eval_tasks=4,
                                      model=tiny_checkpoint)
-        assert summary["config"]["workflow"] == workflow
+        assert summary["config"]["env_runners"]["workflow"] == workflow
         assert [m["step"] for m in summary["curve"]] == [0, 2]
         assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
         assert (tmp_path / workflow / SUMMARY_FILE).is_file()

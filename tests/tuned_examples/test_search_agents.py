@@ -77,24 +77,26 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6, objectives=(1, 3)))
     summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=4)
     written = json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())
-    assert written["config"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
+    config = written["config"]
+    assert config["env_runners"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
     # The second stage continues from the first one's weights, on more episodes.
     (first,) = written["earlier_stages"]
-    assert first["final"]["step"] == 2 and first["config"]["num_train_tasks"] == 4
-    assert written["config"]["model_path"] == first["config"]["out"]
-    assert written["config"]["num_train_tasks"] == 6
+    assert first["final"]["step"] == 2 and first["config"]["training"]["num_train_tasks"] == 4
+    assert config["learners"]["model_path"] == first["out"]
+    assert config["training"]["num_train_tasks"] == 6
     # ... and mixes one- and three-question episodes, each with the CPU task's turn budget for its size.
-    assert first["config"]["task_options"] == [] and first["config"]["env_config"]["num_objectives"] == 2
-    assert written["config"]["env_config"]["num_objectives"] == 3
-    assert written["config"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
+    assert first["config"]["training"]["task_options"] == []
+    assert first["config"]["environment"]["env_config"]["num_objectives"] == 2
+    assert config["environment"]["env_config"]["num_objectives"] == 3
+    assert config["training"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
                                                   {"num_objectives": 3, "max_turns": 8}]
     # --multi's build goes on from a finished warm-start and keeps all its stages.
     multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
                                    stage=search_sft.Stage(1, 4, (1, 4)), base=tmp_path / "mempo")
     assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == multi
-    assert multi["config"]["model_path"] == str((tmp_path / "mempo").resolve())
+    assert multi["config"]["learners"]["model_path"] == str((tmp_path / "mempo").resolve())
     assert [s["final"]["step"] for s in multi["earlier_stages"]] == [2, 1]
-    assert [o["num_objectives"] for o in multi["config"]["task_options"]] == [1, 4]
+    assert [o["num_objectives"] for o in multi["config"]["training"]["task_options"]] == [1, 4]
 
 
 def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_path, monkeypatch):
@@ -106,7 +108,7 @@ def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_pat
     for _, path, workflow in policies:
         assert path == warm_start(workflow.removesuffix("_truncated"), multi=True)
         summary = json.loads((path / SUMMARY_FILE).read_text())
-        assert [o["num_objectives"] for o in summary["config"]["task_options"]] == [1, 2, 4, 8]
+        assert [o["num_objectives"] for o in summary["config"]["training"]["task_options"]] == [1, 2, 4, 8]
         assert summary["earlier_stages"]  # it went on from the two-question warm-start
 
 

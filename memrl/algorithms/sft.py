@@ -1,0 +1,276 @@
+"""SFT: supervised fine-tuning on scripted-expert episodes, the warm-start every RL example starts from.
+
+    config = (SFTConfig()
+              .environment("memrl/Echo-v0")
+              .env_runners(workflow="last_observation")
+              .learners(model_path="runs/tiny-model", num_learners=2)
+              .training(lr=1e-3, batch_size=64, steps=1000, steps_per_iteration=100))
+    algo = config.build()
+    while not (result := algo.train())["done"]: ...
+    algo.save_model("runs/echo-sft")
+
+An env that supports warm-starts implements `expert_action() -> str` on its unwrapped instance, a workflow
+`expert_response(action) -> str`; the expert episodes run through the episode loop (memrl.rollout), and each call
+becomes one training row holding the workflow's exact prompt ids. Each iteration takes `steps_per_iteration`
+optimizer steps on rows drawn at random, then evaluates on held-out expert episodes: the learners' per-token NLL,
+per-call exact match and the greedy return of whole episodes (an in-process TorchEngine holding the learners'
+weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from memrl.algorithms.algorithm import Algorithm
+from memrl.config import AlgorithmConfig, TrainingConfig
+from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
+from memrl.episode import Trajectory
+from memrl.learner.learner_group import LearnerGroup
+from memrl.learner.losses import LossConfig
+from memrl.learner.rows import TrainRow
+from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
+from memrl.stats import reward_interval
+from memrl.workflows import workflow_class
+
+
+@dataclass
+class SFTTrainingConfig(TrainingConfig):
+    """TrainingConfig's optimizer settings (lr, weight_decay, betas, eps, grad_clip) plus the SFT run; the RL
+    settings (groups, clipping, advantages) do not apply."""
+
+    batch_size: int = 64
+    """Rows (LLM calls) per optimizer step, drawn at random from the training rows."""
+    steps: int = 1000
+    """Optimizer steps of the whole run; the iteration that reaches them reports done=True."""
+    steps_per_iteration: int = 100
+    """Optimizer steps per train() call; each call ends with a held-out evaluation."""
+    num_train_tasks: int = 1000
+    """Expert episodes (env seeds seed .. seed + num_train_tasks - 1) whose calls are the training rows; held-out
+    episodes take the next evaluation.evaluation_num_tasks seeds."""
+    task_options: list[dict] = field(default_factory=list)
+    """Reset options of the expert episodes, taken in turn by env seed (seed s gets task_options[s % len]); empty:
+    none. E.g. [{"num_objectives": 1, "max_turns": 4}, {"num_objectives": 4, "max_turns": 10}] on memrl/Search-v0
+    mixes task sizes in one warm-start."""
+
+
+class SFTConfig(AlgorithmConfig):
+    """SFT defaults: lr 1e-3 (constant), the SFT loss (mean NLL of the expert's tokens), 4096-token micro-batches."""
+
+    def __init__(self):
+        super().__init__()
+        self.environment_cfg.env = "memrl/Echo-v0"
+        self.learners_cfg.token_budget = 4096
+        self.training_cfg = SFTTrainingConfig(lr=1e-3, loss=LossConfig(kind="sft"))
+
+    def validate(self) -> None:
+        super().validate()
+        train = self.training_cfg
+        for name in ("batch_size", "steps", "steps_per_iteration", "num_train_tasks"):
+            value = getattr(train, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"training.{name}={value!r} is not allowed; it must be an integer >= 1")
+        if not isinstance(train.task_options, list) or not all(isinstance(o, dict) for o in train.task_options):
+            raise ValueError(f"training.task_options={train.task_options!r} is not allowed; it must be a list of "
+                             "dicts (reset options)")
+        if train.loss.kind != "sft":
+            raise ValueError(f"training.kind={train.loss.kind!r} is not allowed for SFT; it trains with kind='sft'")
+        seed = self.debugging_cfg.seed
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"debugging.seed={seed!r} is not allowed; SFT's env seeds count up from it (an integer "
+                             ">= 0)")
+
+    def resources(self) -> tuple[dict[str, float], list[str]]:
+        """The learners only: evaluation runs a TorchEngine in the algorithm's own process."""
+        learn = self.learners_cfg
+        return ({"CPU": float(learn.num_learners), "GPU": learn.num_learners * learn.num_gpus_per_learner},
+                [f"{learn.num_learners} learners x (1 CPU, {learn.num_gpus_per_learner:g} GPU)"])
+
+
+class SFT(Algorithm):
+    """Supervised warm-start on expert rows, on the same DeepSpeed learners as RL."""
+
+    @classmethod
+    def get_default_config(cls) -> SFTConfig:
+        return SFTConfig()
+
+    def setup(self, config: dict[str, Any]) -> None:
+        from memrl.engines.torch_engine import TorchEngine
+
+        start = time.perf_counter()
+        self.cfg = SFTConfig.from_dict(config)
+        self.cfg.validate()
+        self.cfg.check_resources()
+        env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
+                                  self.cfg.training_cfg)
+        self.seed = self.cfg.debugging_cfg.seed
+        tokenizer = AutoTokenizer.from_pretrained(learn.model_path)
+        self._task = dict(env_id=env.env, env_config=env.env_config, workflow=run.workflow,
+                          workflow_config=run.workflow_config, tokenizer=tokenizer, max_calls=run.max_calls_per_episode,
+                          task_options=train.task_options)
+        rows = collect_expert_rows(num_tasks=train.num_train_tasks, seed=self.seed, **self._task)
+        eval_start = self.seed + train.num_train_tasks
+        self.eval_seeds = range(eval_start, eval_start + self.cfg.evaluation_cfg.evaluation_num_tasks)
+        self.eval_rows = collect_expert_rows(num_tasks=len(self.eval_seeds), seed=eval_start, **self._task)
+        # Greedy episodes may reply as long as the longest expert response; a longer reply is wrong anyway.
+        self.max_tokens = max(len(r["response_ids"]) for r in rows + self.eval_rows)
+        # The learner's train_step reads these; the SFT loss ignores them.
+        self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
+                            "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
+        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False), num_learners=learn.num_learners,
+                                          num_gpus_per_learner=learn.num_gpus_per_learner)
+        self.engine = TorchEngine(learn.model_path, seed=self.seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.steps_done = 0
+        self.train_nll: list[float] = []
+        self.train_s = 0.0
+        self.curve = [self.evaluate()]
+        self.setup_s = time.perf_counter() - start
+
+    def step(self) -> dict[str, Any]:
+        train = self.cfg.training_cfg
+        if self.steps_done >= train.steps:
+            raise RuntimeError(f"this SFT run took all its training.steps={train.steps} already")
+        t0 = time.perf_counter()
+        nll = []
+        for _ in range(min(train.steps_per_iteration, train.steps - self.steps_done)):
+            picks = self.rng.choice(len(self.train_rows), size=train.batch_size,
+                                    replace=len(self.train_rows) < train.batch_size)
+            metrics = self.learner_group.train_step([self.train_rows[i] for i in picks], train.loss)
+            nll.append(metrics["nll"])
+            self.steps_done += 1
+        t_trained = time.perf_counter()
+        self.train_s += t_trained - t0
+        self.train_nll += nll
+        self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
+        self.curve.append(self.evaluate())
+        return {"steps": self.steps_done, "done": self.steps_done >= train.steps,
+                "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll))},
+                "evaluation": self.curve[-1], "reward_mean": self.curve[-1]["reward_mean"],
+                "timers": {"train_s": t_trained - t0, "eval_s": time.perf_counter() - t_trained}}
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out NLL per token (learners' forward), per-call exact match and the mean greedy return with its 95%
+        interval (the engine, holding the weights of the last iteration)."""
+        eos = self._task["tokenizer"].eos_token_id
+        returns = greedy_rewards(self.engine, seeds=self.eval_seeds, max_tokens=self.max_tokens, **self._task)
+        reward, low, high = reward_interval(returns)
+        return {"step": self.steps_done, "eval_nll": heldout_nll(self.learner_group, self.eval_rows),
+                "call_exact_match": call_exact_match(self.engine, self.eval_rows, eos),
+                "reward_mean": reward, "reward_ci_low": low, "reward_ci_high": high}
+
+    def summary(self) -> dict[str, Any]:
+        """The run so far: its config, the evaluation curve (initial, final), the training NLL per step, times."""
+        return {"config": self.cfg.to_dict(), "num_train_rows": len(self.train_rows),
+                "num_eval_rows": len(self.eval_rows), "initial": self.curve[0], "final": self.curve[-1],
+                "curve": self.curve, "train_nll": self.train_nll, "train_step_s": self.train_s}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Steps taken, the batch draws' RNG, the evaluation curve and the training NLL so far."""
+        return {"steps_done": self.steps_done, "rng": self.rng.bit_generator.state, "curve": self.curve,
+                "train_nll": self.train_nll, "train_s": self.train_s}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.steps_done, self.curve, self.train_nll = state["steps_done"], state["curve"], state["train_nll"]
+        self.train_s = state["train_s"]
+        self.rng.bit_generator.state = state["rng"]
+        self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
+
+    def cleanup(self) -> None:
+        self.learner_group.shutdown()
+
+
+SFTConfig.algo_class = SFT
+
+
+def collect_expert_rows(env_id: str, env_config: dict, workflow: str, workflow_config: dict,
+                        tokenizer: PreTrainedTokenizerBase, num_tasks: int, seed: int, max_calls: int = 64,
+                        task_options: Sequence[dict] = ()) -> list[TrainRow]:
+    """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1 (reset with
+    `episode_options(task_options, seed)`), one row per LLM call.
+
+    The episodes run through the episode loop with the scripted expert (ExpertResponder) in place of the model:
+    prompt_ids are the workflow's own ids, response_ids the tokenized expert response plus the EOS stop token,
+    loss_mask all ones. `max_calls` caps an episode as the env runners do.
+    """
+    import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
+
+    env = gym.make(env_id, **env_config)
+    workflow_cls = workflow_class(workflow)
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id; expert responses end with the EOS stop token")
+
+    async def expert_episode(task: Task) -> Trajectory:
+        wf = workflow_cls(tokenizer, **workflow_config)
+        expert = ExpertResponder(env, wf, eos)
+        return await run_episode(env, wf, task, expert, max_calls=max_calls, check_action=expert.check_action)
+
+    rows: list[TrainRow] = []
+    for task in _tasks(range(seed, seed + num_tasks), task_options):
+        for c in asyncio.run(expert_episode(task)).conversations:
+            rows.append(TrainRow(prompt_ids=c.prompt_ids.astype(np.int64), response_ids=c.response_ids.astype(np.int64),
+                                 loss_mask=c.loss_mask))
+    env.close()
+    return rows
+
+
+def episode_options(task_options: Sequence[dict], seed: int) -> dict | None:
+    """The reset options of the episode on env seed `seed`: task_options taken in turn, None when there are none."""
+    return dict(task_options[seed % len(task_options)]) if task_options else None
+
+
+def _tasks(seeds: Iterable[int], task_options: Sequence[dict]) -> list[Task]:
+    """One task per env seed, reset with `episode_options`."""
+    return [Task(seed=s, group_id=str(s), traj_id=str(s), options=episode_options(task_options, s) or {})
+            for s in seeds]
+
+
+def heldout_nll(group: LearnerGroup, rows: Sequence[TrainRow]) -> float:
+    """Mean negative log-likelihood per response token of `rows` under the learners' current weights."""
+    logprobs, _ = group.compute_logprobs(rows)
+    return -float(sum(lp.sum() for lp in logprobs)) / sum(len(lp) for lp in logprobs)
+
+
+def call_exact_match(engine: InferenceEngine, rows: Sequence[TrainRow], eos: int) -> float:
+    """Share of rows whose greedy reply to the row's prompt is exactly the expert's response ids (EOS included)."""
+    sampling = SamplingConfig(max_tokens=max(len(r["response_ids"]) for r in rows), temperature=0.0,
+                              stop_token_ids=[eos])
+    outputs = engine.generate([r["prompt_ids"].tolist() for r in rows], sampling)
+    return float(np.mean([out.token_ids == r["response_ids"].tolist() for out, r in zip(outputs, rows)]))
+
+
+def greedy_rewards(engine: InferenceEngine, env_id: str, env_config: dict, workflow: str, workflow_config: dict,
+                   tokenizer: PreTrainedTokenizerBase, seeds: Iterable[int], max_tokens: int, max_calls: int = 64,
+                   task_options: Sequence[dict] = ()) -> list[float]:
+    """Return of one greedy episode per env seed (reset as collect_expert_rows does), all episodes run at once
+    through the episode loop so that their calls reach `engine` (in this process) as one batch per round."""
+    import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
+
+    workflow_cls = workflow_class(workflow)
+    sampling = SamplingConfig(max_tokens=max_tokens, temperature=0.0, stop_token_ids=[tokenizer.eos_token_id])
+
+    async def generate_batch(prompts: list[list[int]]) -> list[GenerationOutput]:
+        return engine.generate(prompts, sampling)
+
+    async def run_all(tasks: list[Task]) -> list[Trajectory]:
+        respond = BatchingResponder(generate_batch)
+
+        async def one(task: Task) -> Trajectory:
+            env = gym.make(env_id, **env_config)
+            try:
+                return await run_episode(env, workflow_cls(tokenizer, **workflow_config), task, respond,
+                                         max_calls=max_calls, max_model_len=engine.max_model_len())
+            finally:
+                env.close()
+
+        return await asyncio.gather(*(one(t) for t in tasks))
+
+    return [t.reward for t in asyncio.run(run_all(_tasks(seeds, task_options)))]
