@@ -12,12 +12,17 @@ def _config(checkpoint, config=None):
             .env_runners(engine="torch"))
 
 
+def _live_placement_groups() -> set[str]:
+    return {k for k, pg in ray.util.placement_group_table().items() if pg["state"] != "REMOVED"}
+
+
 @pytest.mark.timeout(60)
 def test_gpus_a_cpu_cluster_lacks_fail_at_once_naming_the_settings(ray_session, tiny_checkpoint):
+    before = _live_placement_groups()
     with pytest.raises(RuntimeError, match=r"DAPOConfig needs 2 CPU, 1 GPU .*1 learners x \(1 CPU, 1 GPU\).*"
                                            r"has 8 CPU, 0 GPU.*num_gpus_per_learner"):
         _config(tiny_checkpoint).learners(num_gpus_per_learner=1).build()
-    assert not ray.util.placement_group_table()  # nothing was placed
+    assert _live_placement_groups() == before  # nothing was placed
 
 
 @pytest.mark.timeout(60)
