@@ -107,8 +107,8 @@ class TrainingConfig:
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW moment decay rates, each in [0, 1)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW moment decay rates, two values each in [0, 1) (a list, as the config's JSON form keeps it)."""
     eps: float = 1e-8
     """AdamW denominator epsilon."""
     grad_clip: float = 1.0
@@ -308,7 +308,7 @@ class AlgorithmConfig(_Config):
         values = {name: getattr(getattr(self, f"{path.split('.')[0]}_cfg"), path.split(".")[1])
                   for name, path in LEARNER_SETTINGS.items()}
         values.update(overrides)
-        if isinstance(values["betas"], list):  # a config restored from JSON
+        if isinstance(values["betas"], list):  # the config keeps a list (its JSON form); LearnerConfig a pair
             values["betas"] = tuple(values["betas"])
         try:
             return LearnerConfig(**values)

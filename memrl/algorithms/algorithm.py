@@ -74,8 +74,10 @@ class Algorithm(tune.Trainable):
             import wandb
 
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            # dir read here, not once per process by wandb's own setup, so each run honours WANDB_DIR as it is now.
             self._wandb = wandb.init(project=dbg.wandb_project, config=self.cfg.to_dict(), mode=mode,
-                                     reinit="create_new", settings=wandb.Settings(silent=not verbose()))
+                                     reinit="create_new", dir=os.environ.get("WANDB_DIR"),
+                                     settings=wandb.Settings(silent=not verbose()))
 
     def _runner_spec(self, env_overrides: dict, temperature: float, num_envs: int | None = None) -> EnvRunnerSpec:
         """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`,
