@@ -319,16 +319,21 @@ class AlgorithmConfig(_Config):
                     message = message.replace(f"LearnerConfig.{name} ", f"{path} ")
             raise ValueError(message) from None
 
-    def resources(self) -> tuple[dict[str, float], list[str]]:
-        """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words.
-
-        Learners and engines take one CPU each; env runners none (they wait on an engine)."""
+    def actor_groups(self) -> list[tuple[str, int, float, str]]:
+        """The algorithm's actors that reserve resources, as (name, count, GPUs each, the setting that sizes them);
+        each takes one CPU. Env runners reserve none (they wait on an engine)."""
         run, learn = self.env_runners_cfg, self.learners_cfg
-        needs = {"CPU": float(learn.num_learners + run.num_engines),
-                 "GPU": learn.num_learners * learn.num_gpus_per_learner + run.num_engines * run.num_gpus_per_engine}
-        parts = [f"{learn.num_learners} learners x (1 CPU, {learn.num_gpus_per_learner:g} GPU)",
-                 f"{run.num_engines} engines x (1 CPU, {run.num_gpus_per_engine:g} GPU)"]
-        return needs, parts
+        return [("learners", learn.num_learners, learn.num_gpus_per_learner,
+                 "learners(num_learners=..., num_gpus_per_learner=...)"),
+                ("engines", run.num_engines, run.num_gpus_per_engine,
+                 "env_runners(num_engines=..., num_gpus_per_engine=...)")]
+
+    def resources(self) -> tuple[dict[str, float], list[str]]:
+        """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words."""
+        groups = self.actor_groups()
+        needs = {"CPU": float(sum(count for _, count, _, _ in groups)),
+                 "GPU": sum(count * gpus for _, count, gpus, _ in groups)}
+        return needs, [f"{count} {name} x (1 CPU, {gpus:g} GPU)" for name, count, gpus, _ in groups]
 
     def check_resources(self) -> None:
         """Fail at once, naming the settings, when the running Ray cluster cannot hold the algorithm's actors (see
@@ -338,9 +343,8 @@ class AlgorithmConfig(_Config):
         from memrl.cluster import check_resources
 
         needs, parts = self.resources()
-        check_resources(needs, type(self).__name__, parts,
-                        ["learners(num_learners=..., num_gpus_per_learner=...)",
-                         "env_runners(num_engines=..., num_gpus_per_engine=...)"])
+        settings = list(dict.fromkeys(setting for *_, setting in self.actor_groups()))
+        check_resources(needs, type(self).__name__, parts, settings)
 
     def build(self):
         """Validate, start Ray if this process has not (sized for the actors), and construct the Algorithm (starts

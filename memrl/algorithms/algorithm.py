@@ -106,8 +106,6 @@ class Algorithm(tune.Trainable):
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
-        # Engine time spent before this iteration (a held-out evaluation, say) is not this iteration's.
-        ray.get([e.pop_generate_seconds.remote() for e in self.engines])
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)
         generate_s = max(ray.get([e.pop_generate_seconds.remote() for e in self.engines]))
@@ -258,7 +256,10 @@ class Algorithm(tune.Trainable):
             spec = self._runner_spec(overrides, ev.evaluation_temperature, ev.evaluation_num_envs_per_env_runner)
             self._eval_group = EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners)
             self._eval_overrides = overrides
-        return sample_heldout(self._eval_group, n, self.seed)
+        trajectories = sample_heldout(self._eval_group, n, self.seed)
+        # The engines' generation time is what training iterations report; evaluation's is not theirs.
+        ray.get([e.pop_generate_seconds.remote() for e in self.engines])
+        return trajectories
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str) -> None:

@@ -50,13 +50,11 @@ class PPOConfig(AlgorithmConfig):
         self.training_cfg = PPOTrainingConfig(group_size=1, tasks_per_iteration=16, stitch_trajectories=True,
                                               loss=LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean"))
 
-    def resources(self) -> tuple[dict[str, float], list[str]]:
+    def actor_groups(self) -> list[tuple[str, int, float, str]]:
         """The policy's actors plus the critic's learners (as many as the policy's, same resources each)."""
-        needs, parts = super().resources()
-        learn = self.learners_cfg
-        needs = {"CPU": needs["CPU"] + learn.num_learners,
-                 "GPU": needs["GPU"] + learn.num_learners * learn.num_gpus_per_learner}
-        return needs, [*parts, f"{learn.num_learners} critic learners x (1 CPU, {learn.num_gpus_per_learner:g} GPU)"]
+        groups = super().actor_groups()
+        _, count, gpus, setting = groups[0]
+        return [*groups, ("critic learners", count, gpus, setting)]
 
     def validate(self) -> None:
         super().validate()

@@ -87,11 +87,9 @@ class SFTConfig(AlgorithmConfig):
             raise ValueError(f"debugging.seed={seed!r} is not allowed; SFT's env seeds count up from it (an integer "
                              ">= 0)")
 
-    def resources(self) -> tuple[dict[str, float], list[str]]:
+    def actor_groups(self) -> list[tuple[str, int, float, str]]:
         """The learners only: evaluation runs a TorchEngine in the algorithm's own process."""
-        learn = self.learners_cfg
-        return ({"CPU": float(learn.num_learners), "GPU": learn.num_learners * learn.num_gpus_per_learner},
-                [f"{learn.num_learners} learners x (1 CPU, {learn.num_gpus_per_learner:g} GPU)"])
+        return super().actor_groups()[:1]
 
 
 class SFT(Algorithm):
@@ -104,7 +102,6 @@ class SFT(Algorithm):
     def setup(self, config: dict[str, Any]) -> None:
         from memrl.engines.torch_engine import TorchEngine
 
-        start = time.perf_counter()
         self.cfg = SFTConfig.from_dict(config)
         self.cfg.validate()
         self.cfg.check_resources()
@@ -132,7 +129,6 @@ class SFT(Algorithm):
         self.train_nll: list[float] = []
         self.train_s = 0.0
         self.curve = [self.evaluate()]
-        self.setup_s = time.perf_counter() - start
 
     def step(self) -> dict[str, Any]:
         train = self.cfg.training_cfg
