@@ -32,6 +32,8 @@ from envs.text_space import clean, text_space
 
 DATA = ("synthetic", "file")
 """Question sources: the fictional encyclopedia generator, or rows of a local QA file."""
+ACTION_TAGS = ("search", "answer")
+"""The action tags: `<search>query</search>` and `<answer>a1; a2; ...</answer>`."""
 REWARDS = ("em_sum", "f1", "answer_format")
 """Reward kinds; see SearchConfig.reward."""
 ANSWER_KEYS = ("golden_answers", "answers", "answer")
@@ -144,33 +146,46 @@ def turns_hint(turns_left: int) -> str:
     return f"You have {turns_left} turn{'' if turns_left == 1 else 's'} left."
 
 
-def parse_action(text: str, max_query_chars: int) -> tuple[str, str]:
-    """("search", query), ("answer", answer text) or ("invalid", reason) for one action.
+def read_block(text: str, tag: str) -> tuple[int, int] | None:
+    """Character range of the content of the one `<tag>...</tag>` block in `text`; None unless there is exactly one
+    opening and one closing tag, in that order."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    if text.count(opening) != 1 or text.count(closing) != 1:
+        return None
+    start, end = text.find(opening) + len(opening), text.find(closing)
+    return (start, end) if start <= end else None
+
+
+def find_action(text: str) -> tuple[str, str]:
+    """("search", query), ("answer", answer text) or ("invalid", reason): the text's one action block, unchecked.
 
     An action is understood when it holds exactly one well-formed `<search>...</search>` or `<answer>...</answer>`
-    block and not the other tag; text around the block (`<think>`, `<mem>`, ...) is ignored.
+    block and not the other tag; text around the block (`<think>`, `<mem>`, ...) is ignored. The content is
+    stripped. Workflows use this to find the action in a reply; the env also checks the query (parse_action).
     """
-    blocks = {}
-    for tag in ("search", "answer"):
-        opens, closes = text.count(f"<{tag}>"), text.count(f"</{tag}>")
-        if opens == closes == 0:
-            continue
-        start, end = text.find(f"<{tag}>"), text.find(f"</{tag}>")
-        if opens != 1 or closes != 1 or end < start:
-            return "invalid", INVALID["unbalanced"].format(tag=tag)
-        blocks[tag] = text[start + len(tag) + 2 : end].strip()
-    if not blocks:
+    present = [tag for tag in ACTION_TAGS if f"<{tag}>" in text or f"</{tag}>" in text]
+    if not present:
         return "invalid", INVALID["none"]
+    blocks = {tag: read_block(text, tag) for tag in present}
+    for tag, where in blocks.items():
+        if where is None:
+            return "invalid", INVALID["unbalanced"].format(tag=tag)
     if len(blocks) == 2:
         return "invalid", INVALID["both"]
-    if "answer" in blocks:
-        return "answer", blocks["answer"]
-    query = blocks["search"]
-    if not query:
+    (tag, (start, end)), = blocks.items()
+    return tag, text[start:end].strip()
+
+
+def parse_action(text: str, max_query_chars: int) -> tuple[str, str]:
+    """find_action, with the search query checked: an empty query or one over `max_query_chars` is invalid."""
+    kind, content = find_action(text)
+    if kind != "search":
+        return kind, content
+    if not content:
         return "invalid", INVALID["empty"]
-    if len(query) > max_query_chars:
-        return "invalid", INVALID["long"].format(chars=len(query), limit=max_query_chars)
-    return "search", query
+    if len(content) > max_query_chars:
+        return "invalid", INVALID["long"].format(chars=len(content), limit=max_query_chars)
+    return "search", content
 
 
 def split_answers(text: str) -> list[str]:

@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers memrl/ ids)
 from envs.encyclopedia import EncyclopediaConfig, make_world
 from envs.retrieval import BM25Retriever, HTTPRetriever, Passage, start_retrieval_server
-from envs.search import SearchEnv, load_questions, parse_action, split_answers, turns_hint
+from envs.search import SearchEnv, find_action, load_questions, parse_action, read_block, split_answers, turns_hint
 
 QA_ROWS = [
     {"question": "In which city is the head office of Quovex?", "golden_answers": ["New York City", "NYC"]},
@@ -209,6 +209,16 @@ def test_parse_action_and_split_answers():
     assert parse_action("<answer>\n a; b \n</answer>", 64) == ("answer", "a; b")
     assert parse_action("<answer></answer>", 64) == ("answer", "")
     assert split_answers("a ; b;") == ["a", "b", ""] and split_answers("") == [""]
+
+
+def test_find_action_leaves_the_query_checks_to_the_env():
+    # Workflows find the action with find_action; only the env judges the query (empty, too long).
+    assert find_action("<search></search>") == ("search", "")
+    assert find_action("<search>" + "x" * 300 + "</search>") == ("search", "x" * 300)
+    assert parse_action("<search>" + "x" * 300 + "</search>", 256)[0] == "invalid"
+    assert find_action("<think>t</think>") == ("invalid", "it holds neither <search> nor <answer>")
+    assert read_block("a<mem> m </mem>b", "mem") == (6, 9)
+    assert read_block("</mem><mem>", "mem") is None and read_block("<mem>", "mem") is None
 
 
 def test_fuzzed_actions_never_crash_and_always_end():

@@ -10,16 +10,13 @@ from envs.search import SearchEnv, parse_action
 from envs.text_space import clean
 from memrl.episode import Conversation
 from memrl.workflows import workflow_class
-from memrl.workflows.search import (
+from memrl.workflows.search import MEM1Workflow, MemPOWorkflow, MemSearcherWorkflow, TruncatedReActWorkflow
+from memrl.workflows.search_prompts import (
     MEM1_TEMPLATE,
     MEMPO_TEMPLATE,
     MEMSEARCHER_USER,
     REACT_TEMPLATE,
     TOOL_RESPONSE,
-    MEM1Workflow,
-    MemPOWorkflow,
-    MemSearcherWorkflow,
-    TruncatedReActWorkflow,
 )
 
 CONFIGS = {
