@@ -170,7 +170,7 @@ class ExpertResponder:
     async def __call__(self, prompt_ids: list[int]) -> GenerationOutput:
         self._action = self.expert_action()
         self._text = self.workflow.expert_response(self._action)
-        ids = list(self.workflow.tokenizer.encode(self._text, add_special_tokens=False)) + [self.eos_token_id]
+        ids = self.workflow.text_ids(self._text) + [self.eos_token_id]
         return GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop", weight_version=0)
 
     def check_action(self, parsed: str) -> None:

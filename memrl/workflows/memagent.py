@@ -160,7 +160,7 @@ class FullContextWorkflow(_AnswerParsing):
                 f"FullContextWorkflow: max_context_tokens={self.max_context_tokens} cannot hold even the prompt "
                 f"without a document ({overhead} tokens: template and question); raise max_context_tokens"
             )
-        doc_ids = self.tokenizer.encode(self.document, add_special_tokens=False)
+        doc_ids = self.text_ids(self.document)
         budget = self.max_context_tokens - overhead
         # Text re-tokenizes slightly differently at the cut (merges, a split UTF-8 character), so shrink the
         # budget by the overshoot until the prompt fits; each round removes at least one token.

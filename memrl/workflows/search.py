@@ -137,7 +137,7 @@ class _SearchWorkflow(Workflow):
         if hit and hit.group(1) not in lines:
             lines.append(hit.group(1))
         if self.memory_tokens is not None:
-            while lines and len(self.tokenizer.encode("\n".join(lines), add_special_tokens=False)) > self.memory_tokens:
+            while lines and len(self.text_ids("\n".join(lines))) > self.memory_tokens:
                 lines.pop(0)
         return "\n".join(lines)
 
@@ -230,7 +230,7 @@ class MemSearcherWorkflow(_SearchWorkflow):
             try:
                 request = json.loads(text[call[0]:call[1]])
                 query = request["arguments"]["query"] if request["name"] == SEARCH_TOOL["function"]["name"] else None
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, RecursionError):  # RecursionError: brackets nested too deep
                 return ""
             return f"<search>{query.strip()}</search>" if isinstance(query, str) else ""
         if call is None and boxed >= 0 and "<tool_call>" not in text:
@@ -303,9 +303,9 @@ class MemPOWorkflow(_SearchWorkflow):
         """
         if "answers" not in info:
             return []
-        lead = self.tokenizer.encode("<answer>\n", add_special_tokens=False)
+        lead = self.text_ids("<answer>\n")
         gold = "; ".join(answers[0] if answers else "" for answers in info["answers"])
-        answer = self.tokenizer.encode(gold, add_special_tokens=False)
+        answer = self.text_ids(gold)
         if not answer:
             return []
         return [
