@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import fields
@@ -102,19 +103,27 @@ def chunk_documents(documents: list[str] | tuple[str, ...], chunk_tokens: int, c
     return exact
 
 
-def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], int]:
-    """A function from task seed to task, and a bound on its contexts' length in characters."""
+def _task_config(task: str, task_kwargs: dict):
+    """The generator's config for `task` (checked: unknown options are named), or None for task='file'."""
     if task == "file":
         if set(task_kwargs) != {"data_path"}:
             raise ValueError(f"task='file' takes exactly one option, data_path; got {sorted(task_kwargs)}")
-        tasks = load_tasks(task_kwargs["data_path"])
-        return (lambda seed: tasks[seed % len(tasks)]), max(len(t.context) for t in tasks)
-    module, config_cls = {"multihop": (multihop, multihop.MultiHopConfig), "niah": (niah, niah.NiahConfig)}[task]
+        return None
+    config_cls = {"multihop": multihop.MultiHopConfig, "niah": niah.NiahConfig}[task]
     allowed = sorted(f.name for f in fields(config_cls))
     unknown = sorted(set(task_kwargs) - set(allowed))
     if unknown:
         raise ValueError(f"task={task!r} has no option(s) {unknown}; allowed: {allowed}")
-    config = config_cls(**task_kwargs)
+    return config_cls(**task_kwargs)
+
+
+def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], int]:
+    """A function from task seed to task, and a bound on its contexts' length in characters."""
+    config = _task_config(task, task_kwargs)
+    if config is None:
+        tasks = load_tasks(task_kwargs["data_path"])
+        return (lambda seed: tasks[seed % len(tasks)]), max(len(t.context) for t in tasks)
+    module = {"multihop": multihop, "niah": niah}[task]
     return (lambda seed: module.make_task(seed, config)), config.max_context_chars()
 
 
@@ -166,6 +175,15 @@ class ChunkStreamEnv(gym.Env):
         self.chunks: list[str] = []
         self._chunk_index = 0
         self._done = True
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ValueError naming an unknown or bad option, without loading a tokenizer or a data file."""
+        own = {name for name in inspect.signature(cls).parameters if name != "task_kwargs"}
+        task = options.get("task", "multihop")
+        if task not in TASKS:
+            raise ValueError(f"ChunkStreamEnv task={task!r} is not allowed; choose one of {TASKS}")
+        _task_config(task, {k: v for k, v in options.items() if k not in own})
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -37,6 +37,11 @@ class EchoEnv(gym.Env):
         self._words: list[str] = []
         self._turn = 0
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ValueError for a bad option (an echo env costs nothing to build)."""
+        cls(**options)
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._words = [WORDS[i] for i in self.np_random.integers(0, len(WORDS), self.num_turns)]

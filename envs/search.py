@@ -228,22 +228,10 @@ class SearchEnv(gym.Env):
         """`kwargs` are SearchConfig fields and, for data='synthetic', EncyclopediaConfig fields. `backend`, if
         given, is searched instead of the retriever the config names (any object with search(queries, top_k)),
         e.g. an envs.retrieval.ActorRetriever from start_retrieval_server."""
-        own = {f.name for f in fields(SearchConfig)}
-        self.config = SearchConfig(**{k: v for k, v in kwargs.items() if k in own})
-        world_kwargs = {k: v for k, v in kwargs.items() if k not in own}
-        allowed = own | ({f.name for f in fields(EncyclopediaConfig)} if self.config.data == "synthetic" else set())
-        unknown = sorted(set(kwargs) - allowed)
-        if unknown:
-            raise ValueError(
-                f"SearchEnv(data={self.config.data!r}) has no option(s) {unknown}; allowed: {sorted(allowed)}"
-            )
-        config = self.config
-        if config.data == "synthetic":
-            self.world_config = EncyclopediaConfig(**world_kwargs)
-            encyclopedia.make_questions(0, config.num_objectives, self.world_config)  # fails early if N is too large
-            max_question = self.world_config.max_question_chars()
+        self.config, self.world_config = config, world = self._configs(kwargs)
+        if world is not None:
+            max_question = world.max_question_chars()
         else:
-            self.world_config = None
             self._file_questions = load_questions(str(config.qa_path))
             if config.num_objectives > len(self._file_questions):
                 raise ValueError(
@@ -261,6 +249,26 @@ class SearchEnv(gym.Env):
         self._searched: list[str] = []
         self._max_turns = config.max_turns
         self._done = True
+
+    @staticmethod
+    def _configs(options: dict) -> tuple[SearchConfig, EncyclopediaConfig | None]:
+        """The env's config and, for data='synthetic', the generator's; unknown or bad options are named."""
+        own = {f.name for f in fields(SearchConfig)}
+        config = SearchConfig(**{k: v for k, v in options.items() if k in own})
+        allowed = own | ({f.name for f in fields(EncyclopediaConfig)} if config.data == "synthetic" else set())
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValueError(f"SearchEnv(data={config.data!r}) has no option(s) {unknown}; allowed: {sorted(allowed)}")
+        if config.data != "synthetic":
+            return config, None
+        world = EncyclopediaConfig(**{k: v for k, v in options.items() if k not in own})
+        encyclopedia.make_questions(0, config.num_objectives, world)  # fails early if N is too large
+        return config, world
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ValueError naming an unknown or bad option, without reading files or building an index."""
+        cls._configs({k: v for k, v in options.items() if k != "backend"})
 
     def _make_retriever(self) -> Retriever:
         config = self.config

@@ -41,23 +41,36 @@ def ensure_ray(num_cpus: int = 0) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(include_dashboard=False, **quiet)
     else:
-        ray.init(num_cpus=max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1), include_dashboard=False, **quiet)
+        ray.init(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
 
 
-def check_resources(needs: dict[str, float], owner: str, parts: list[str], settings: list[str]) -> None:
-    """Raise at once when the Ray cluster's totals cannot hold `needs` ({"CPU": n, "GPU": m}).
+def planned_resources(num_cpus: int = 0) -> dict[str, float] | None:
+    """The totals of the local Ray instance `ensure_ray(num_cpus)` would start, or None when it would start none
+    (Ray runs in this process already, or RAY_ADDRESS names a cluster). Lets a shortfall fail before Ray starts."""
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return None
+    import torch
+
+    return {"CPU": float(max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1)), "GPU": float(torch.cuda.device_count())}
+
+
+def check_resources(needs: dict[str, float], owner: str, parts: list[str], settings: list[str],
+                    total: dict[str, float] | None = None) -> None:
+    """Raise at once when the Ray cluster's totals (or `total`, e.g. planned_resources()) cannot hold `needs`
+    ({"CPU": n, "GPU": m}).
 
     The message names `owner` (e.g. "DAPOConfig"), how the needs add up (`parts`, e.g. "2 learners x 1 CPU") and
     the `settings` that lower them. Waiting instead would hang until some later deadline: Ray queues an actor it
     cannot place without complaint."""
-    total = ray.cluster_resources()
+    where = "the Ray cluster has" if total is None else "a local Ray on this machine would have"
+    total = ray.cluster_resources() if total is None else total
     short = {k: v for k, v in needs.items() if v > total.get(k, 0.0) + 1e-9}
     if not short:
         return
     have = ", ".join(f"{total.get(k, 0.0):g} {k}" for k in needs)
     want = ", ".join(f"{v:g} {k}" for k, v in needs.items())
     raise RuntimeError(
-        f"{owner} needs {want} for its actors ({' + '.join(parts)}), but the Ray cluster has {have}. "
+        f"{owner} needs {want} for its actors ({' + '.join(parts)}), but {where} {have}. "
         f"Lower {', '.join(settings)}, or start Ray with more (e.g. ray.init(num_cpus=...), or let memrl start it: "
         "call build() before ray.init()). On an autoscaling cluster whose nodes come only when asked for, set "
         "debugging(check_resources=False).")

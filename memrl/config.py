@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,6 +211,8 @@ class AlgorithmConfig(_Config):
     take the builder itself."""
 
     algo_class: type | None = None
+    min_group_size: int = 1
+    """Fewest trajectories per task the algorithm can learn from (group-relative advantages need two)."""
 
     def __init__(self):
         self.environment_cfg = EnvConfig()
@@ -238,6 +241,9 @@ class AlgorithmConfig(_Config):
         loss_names = {f.name for f in dataclasses.fields(LossConfig)}
         loss_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loss_names}
         if loss_kwargs:
+            from memrl.preflight import check_types
+
+            check_types("training", LossConfig, loss_kwargs)  # before LossConfig compares them with numbers
             self.training_cfg.loss = dataclasses.replace(self.training_cfg.loss, **loss_kwargs)
         return self._set("training", **kwargs)
 
@@ -260,7 +266,12 @@ class AlgorithmConfig(_Config):
 
     # -- validation, building, serialisation ----------------------------------------------
     def validate(self) -> None:
-        """Raise ValueError naming the first bad field and what is allowed."""
+        """Raise ValueError naming the first bad field and what is allowed (values only; `check_components` loads
+        what the fields name)."""
+        from memrl.preflight import check_types
+
+        for name in SECTIONS:
+            check_types(name, getattr(self, f"{name}_cfg"))
         env, run, learn, train = self.environment_cfg, self.env_runners_cfg, self.learners_cfg, self.training_cfg
         if not env.env:
             raise ValueError("environment.env is not set; pass a registered gymnasium id, e.g. 'memrl/Echo-v0'")
@@ -290,8 +301,11 @@ class AlgorithmConfig(_Config):
             positive["evaluation.evaluation_num_envs_per_env_runner"] = \
                 self.evaluation_cfg.evaluation_num_envs_per_env_runner
         for name, value in positive.items():
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")
+        if train.group_size < self.min_group_size:
+            raise ValueError(f"training.group_size={train.group_size} is not allowed for {type(self).__name__}: its "
+                             f"advantages compare trajectories of one task, so it needs >= {self.min_group_size}")
         if not 0 <= train.overlong_buffer_tokens <= run.max_tokens:
             raise ValueError(f"training.overlong_buffer_tokens={train.overlong_buffer_tokens!r} is not allowed; "
                              f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
@@ -335,26 +349,37 @@ class AlgorithmConfig(_Config):
                  "GPU": sum(count * gpus for _, count, gpus, _ in groups)}
         return needs, [f"{count} {name} x (1 CPU, {gpus:g} GPU)" for name, count, gpus, _ in groups]
 
-    def check_resources(self) -> None:
-        """Fail at once, naming the settings, when the running Ray cluster cannot hold the algorithm's actors (see
-        debugging.check_resources)."""
+    def check_resources(self, total: dict[str, float] | None = None) -> None:
+        """Fail at once, naming the settings, when the running Ray cluster (or one with `total` resources) cannot
+        hold the algorithm's actors (see debugging.check_resources)."""
         if not self.debugging_cfg.check_resources:
             return
         from memrl.cluster import check_resources
 
         needs, parts = self.resources()
         settings = list(dict.fromkeys(setting for *_, setting in self.actor_groups()))
-        check_resources(needs, type(self).__name__, parts, settings)
+        check_resources(needs, type(self).__name__, parts, settings, total)
+
+    def check_components(self) -> None:
+        """Load what the config names (env, model directory and tokenizer, workflow, engine options) and fail naming
+        the field when one cannot be used; starts nothing (memrl.preflight)."""
+        from memrl.preflight import check_components
+
+        check_components(self)
 
     def build(self):
-        """Validate, start Ray if this process has not (sized for the actors), and construct the Algorithm (starts
-        its actors)."""
-        self.validate()
+        """Validate, check the components, start Ray if this process has not (sized for the actors), and construct
+        the Algorithm (starts its actors)."""
         if self.algo_class is None:
             raise ValueError(f"{type(self).__name__} has no algo_class; use an algorithm's config, e.g. DAPOConfig")
-        from memrl.cluster import ensure_ray
+        self.validate()
+        self.check_components()
+        from memrl.cluster import ensure_ray, planned_resources
 
-        ensure_ray(int(self.resources()[0]["CPU"]))
+        cpus = int(self.resources()[0]["CPU"])
+        if (planned := planned_resources(cpus)) is not None:
+            self.check_resources(planned)  # before starting a Ray that could not hold the actors
+        ensure_ray(cpus)
         return self.algo_class(config=self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class Algorithm(tune.Trainable):
     def setup(self, config: dict[str, Any]) -> None:
         self.cfg = type(self.get_default_config()).from_dict(config)
         self.cfg.validate()
+        self.cfg.check_components()
         self.cfg.check_resources()
         run, learn, train, dbg = (self.cfg.env_runners_cfg, self.cfg.learners_cfg, self.cfg.training_cfg,
                                   self.cfg.debugging_cfg)

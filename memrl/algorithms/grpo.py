@@ -14,6 +14,8 @@ from memrl.learner.losses import LossConfig
 class GRPOConfig(AlgorithmConfig):
     """GRPO defaults: advantages normalised by the group std, symmetric clip 0.2, per-sequence token mean."""
 
+    min_group_size = 2
+
     def __init__(self):
         super().__init__()
         self.training_cfg.norm_adv_by_std = True
@@ -22,6 +24,8 @@ class GRPOConfig(AlgorithmConfig):
 
 class DAPOConfig(AlgorithmConfig):
     """DAPO defaults: no std normalisation, clip-higher (0.2 / 0.28), token mean over all rows, dynamic sampling."""
+
+    min_group_size = 2
 
     def __init__(self):
         super().__init__()

@@ -104,6 +104,7 @@ class SFT(Algorithm):
 
         self.cfg = SFTConfig.from_dict(config)
         self.cfg.validate()
+        self.cfg.check_components()
         self.cfg.check_resources()
         env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                   self.cfg.training_cfg)

