@@ -7,9 +7,10 @@ that Search-R1 and MEM1 show the model.
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +174,22 @@ def start_retrieval_server(passages: Sequence[Passage], name: str | None = None,
     return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)))
 
 
+class _Transient(Exception):
+    """A failed exchange worth repeating; `error` is what to raise when no attempt is left."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _left(deadline: float, retriever) -> float:
+    """Seconds left before `deadline`; a TimeoutError when none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"deadline of {retriever.timeout_s} s passed")
+    return left
+
+
 def _preview(data) -> str:
     text = repr(data)
     return text if len(text) <= 200 else text[:200] + "..."
@@ -188,40 +205,85 @@ class HTTPRetriever:
     api="flashrag" (FlashRAG's retriever serving; `url` ends in /search): one POST per query, body
     {"query": q, "top_n": k, "return_score": true}, answer [[{"id", "contents"}, ...], [score, ...]].
 
-    Documents may also come as {"id", "title", "text"}. An unreachable server raises ConnectionError, an HTTP
-    error status RuntimeError and an answer of the wrong shape ValueError, each naming the URL.
+    Documents may also come as {"id", "title", "text"}. Each POST has a deadline of `timeout_s` for the whole
+    exchange (a server that trickles bytes cannot hold it longer) and an answer is at most `max_answer_bytes`.
+    A server that cannot be reached, breaks the connection or answers 5xx is asked again up to `retries` times
+    (searches are read-only) with a short pause, within the deadline. What still fails raises, naming the URL:
+    ConnectionError (unreachable, broken or late), RuntimeError (an HTTP error status), ValueError (an answer that
+    is too large, not JSON or of the wrong shape).
     """
 
-    def __init__(self, url: str, api: str = "search_r1", timeout_s: float = 30.0):
+    def __init__(self, url: str, api: str = "search_r1", timeout_s: float = 30.0, retries: int = 2,
+                 max_answer_bytes: int = 64 * 1024**2):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPRetriever url must start with http:// or https://, got {url!r}")
         if api not in HTTP_APIS:
             raise ValueError(f"HTTPRetriever api={api!r} is not allowed; choose one of {HTTP_APIS}")
-        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ValueError(f"HTTPRetriever timeout_s must be a number > 0, got {timeout_s!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"HTTPRetriever retries must be an int >= 0, got {retries!r}")
+        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
+            raise ValueError(f"HTTPRetriever max_answer_bytes must be an int >= 1, got {max_answer_bytes!r}")
         self.url = url
         self.api = api
         self.timeout_s = timeout_s
+        self.retries = retries
+        self.max_answer_bytes = max_answer_bytes
+        self._parts = urllib.parse.urlsplit(url)
 
     def _post(self, body: dict):
-        request = urllib.request.Request(
-            self.url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"retrieval server {self.url} answered HTTP {e.code}: {_preview(e.read())}") from e
-        except urllib.error.URLError as e:
-            raise ConnectionError(
-                f"cannot reach the retrieval server at {self.url} ({e.reason}); start the server or fix the URL"
-            ) from e
-        except TimeoutError as e:
-            raise ConnectionError(f"retrieval server {self.url} did not answer within {self.timeout_s} s") from e
+        deadline = time.monotonic() + self.timeout_s
+        for attempt in range(self.retries + 1):
+            try:
+                raw = self._exchange(json.dumps(body).encode(), deadline)
+                break
+            except _Transient as e:
+                pause = 0.2 * 2**attempt
+                if attempt == self.retries or time.monotonic() + pause >= deadline:
+                    raise e.error from None
+                time.sleep(pause)
         try:
             return json.loads(raw)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             raise ValueError(f"retrieval server {self.url} did not answer JSON: {_preview(raw)}") from e
+
+    def _exchange(self, data: bytes, deadline: float) -> bytes:
+        """One POST, its answer read in pieces with the socket's timeout set to what is left of the deadline."""
+        parts = self._parts
+        connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(parts.hostname, parts.port)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        try:
+            connection.timeout = _left(deadline, self)  # connecting
+            connection.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+            sock = connection.sock  # the response reads from it even after the connection lets go of it
+            sock.settimeout(_left(deadline, self))
+            response = connection.getresponse()
+            raw = bytearray()
+            while piece := response.read1(65536):
+                raw += piece
+                if len(raw) > self.max_answer_bytes:
+                    raise ValueError(f"retrieval server {self.url} answered more than max_answer_bytes="
+                                     f"{self.max_answer_bytes} bytes")
+                sock.settimeout(_left(deadline, self))
+            if response.length:  # the connection closed before the promised Content-Length arrived
+                raise http.client.IncompleteRead(bytes(raw), response.length)
+        except TimeoutError as e:
+            raise _Transient(ConnectionError(f"retrieval server {self.url} did not answer within {self.timeout_s} s "
+                                             "(HTTPRetriever timeout_s)")) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise _Transient(ConnectionError(f"cannot reach the retrieval server at {self.url} or it broke the "
+                                             f"connection ({type(e).__name__}: {e}); start the server or fix the "
+                                             "URL")) from e
+        finally:
+            connection.close()
+        if response.status >= 500:
+            raise _Transient(RuntimeError(f"retrieval server {self.url} answered HTTP {response.status}: "
+                                          f"{_preview(bytes(raw))}"))
+        if response.status >= 400:
+            raise RuntimeError(f"retrieval server {self.url} answered HTTP {response.status}: {_preview(bytes(raw))}")
+        return bytes(raw)
 
     def _hit(self, document, score, where: str) -> dict:
         try:

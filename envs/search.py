@@ -78,6 +78,10 @@ class SearchConfig:
     An http(s):// URL: a retrieval server spoken to in the http_api shape."""
     http_api: str = "search_r1"
     """Request shape of an HTTP retriever; one of envs.retrieval.HTTP_APIS."""
+    http_timeout_s: float = 30.0
+    """Deadline of one search at an HTTP retriever, the whole answer and any retries included."""
+    http_retries: int = 2
+    """Times an HTTP search is asked again when the server cannot be reached, breaks off or answers 5xx."""
     retrieval_actor: str | None = None
     """Name of a running envs.retrieval.RetrievalServer Ray actor to search through; overrides `retriever`."""
     max_query_chars: int = 256
@@ -95,6 +99,11 @@ class SearchConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"SearchConfig.{name} must be an int >= {low}, got {value!r}")
+        if isinstance(self.http_timeout_s, bool) or not isinstance(self.http_timeout_s, (int, float)) \
+                or not self.http_timeout_s > 0:
+            raise ValueError(f"SearchConfig.http_timeout_s must be a number > 0, got {self.http_timeout_s!r}")
+        if isinstance(self.http_retries, bool) or not isinstance(self.http_retries, int) or self.http_retries < 0:
+            raise ValueError(f"SearchConfig.http_retries must be an int >= 0, got {self.http_retries!r}")
         if not isinstance(self.seed_offset, int):
             raise TypeError(f"SearchConfig.seed_offset must be an int, got {self.seed_offset!r}")
         if self.reward not in REWARDS:
@@ -275,7 +284,8 @@ class SearchEnv(gym.Env):
         if config.retrieval_actor is not None:
             return ActorRetriever.by_name(config.retrieval_actor)
         if config.retriever != "bm25":
-            return HTTPRetriever(config.retriever, api=config.http_api)
+            return HTTPRetriever(config.retriever, api=config.http_api, timeout_s=config.http_timeout_s,
+                                 retries=config.http_retries)
         if config.data == "synthetic":
             return _bm25_over_world(self.world_config)
         if config.corpus_path is None:

@@ -1,6 +1,7 @@
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -228,3 +229,88 @@ def test_ray_actor_serves_concurrent_clients(ray_session):
     ray.kill(client.actor)
     with pytest.raises(ValueError, match="no Ray actor named 'absent-index' is running"):
         ActorRetriever.by_name("absent-index")
+
+
+class _Misbehaving(BaseHTTPRequestHandler):
+    """A retrieval server that fails in the ways real ones do: 500 on every other request, trickled bytes,
+    answers cut short, and answers far too large."""
+
+    calls: ClassVar[dict] = {}
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        count = self.calls[self.path] = self.calls.get(self.path, 0) + 1
+        good = json.dumps({"result": [[{"document": {"id": "1", "contents": "T\nx"}, "score": 1.0}]]}).encode()
+        if self.path == "/flaky" and count % 2 == 1:
+            self.send_response(500)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"oops")
+            return
+        if self.path == "/always_500":
+            self.send_response(503)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"busy")
+            return
+        self.send_response(200)
+        size = 10**7 if self.path == "/huge" else len(good)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if self.path == "/trickle":
+            for byte in good:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.05)
+        elif self.path == "/truncated":
+            self.wfile.write(good[:10])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif self.path == "/huge":
+            self.wfile.write(b"[" * size)
+        else:
+            self.wfile.write(good)
+
+
+@pytest.fixture(scope="module")
+def bad_server_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Misbehaving)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_flaky_server_is_asked_again(bad_server_url):
+    retriever = HTTPRetriever(bad_server_url + "/flaky", retries=1)
+    for _ in range(3):
+        assert retriever.search(["x"], 1)[0][0]["id"] == "1"
+    assert _Misbehaving.calls["/flaky"] == 6  # each search: one 500, then the answer
+    with pytest.raises(RuntimeError, match=f"retrieval server {bad_server_url}/flaky answered HTTP 500"):
+        HTTPRetriever(bad_server_url + "/flaky", retries=0).search(["x"], 1)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="answered HTTP 503: b'busy'"):
+        HTTPRetriever(bad_server_url + "/always_500", retries=3).search(["x"], 1)
+    assert _Misbehaving.calls["/always_500"] == 4 and time.monotonic() - t0 < 3
+
+
+def test_http_deadline_covers_the_whole_answer(bad_server_url):
+    # Each byte arrives well within the timeout, the whole answer does not: the deadline still holds.
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"did not answer within 1 s \(HTTPRetriever timeout_s\)"):
+        HTTPRetriever(bad_server_url + "/trickle", timeout_s=1, retries=0).search(["x"], 1)
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_http_cut_and_oversized_answers_are_named(bad_server_url):
+    with pytest.raises(ConnectionError, match=f"{bad_server_url}/truncated or it broke the connection"):
+        HTTPRetriever(bad_server_url + "/truncated", retries=0).search(["x"], 1)
+    with pytest.raises(ValueError, match="answered more than max_answer_bytes=1000000 bytes"):
+        HTTPRetriever(bad_server_url + "/huge", max_answer_bytes=10**6).search(["x"], 1)
+    with pytest.raises(ValueError, match="retries must be an int >= 0"):
+        HTTPRetriever(bad_server_url, retries=-1)

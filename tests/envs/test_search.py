@@ -300,8 +300,10 @@ def test_injected_and_http_backends(files):
     env.reset(seed=0)
     obs, *_ = env.step("<search>Zeta</search>")
     assert "Doc 1(Title: Zeta) Zeta is a made-up passage." in obs
-    env = SearchEnv(retriever="http://127.0.0.1:9/search", http_api="flashrag", **files)
+    env = SearchEnv(retriever="http://127.0.0.1:9/search", http_api="flashrag", http_timeout_s=5, http_retries=0,
+                    **files)
     assert isinstance(env.retriever, HTTPRetriever) and env.retriever.api == "flashrag"
+    assert (env.retriever.timeout_s, env.retriever.retries) == (5, 0)
     env.reset(seed=0)
     # A retrieval server that is down is an infrastructure failure, not the model's: it raises.
     with pytest.raises(ConnectionError, match="cannot reach the retrieval server"):
