@@ -11,6 +11,7 @@ import logging
 import os
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 MIN_LOCAL_CPUS = 8
 """Logical CPUs of a local Ray instance at the least (room for evaluation engines and retrieval actors beside the
@@ -42,6 +43,16 @@ def ensure_ray(num_cpus: int = 0) -> None:
         ray.init(include_dashboard=False, **quiet)
     else:
         ray.init(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
+
+
+def get(refs, timeout_s: float, what: str, setting: str):
+    """`ray.get(refs)` with a deadline. Past it: a TimeoutError naming what was waited for (the actor and the step)
+    and the setting that sets the deadline. An actor's own error comes through as raised."""
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except GetTimeoutError:
+        raise TimeoutError(f"{what} did not finish within {timeout_s:g} s; if it needs longer, raise {setting}") \
+            from None
 
 
 def planned_resources(num_cpus: int = 0) -> dict[str, float] | None:

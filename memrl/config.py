@@ -8,6 +8,8 @@
     algo = config.build()
     result = algo.train()
 
+One module holds every section of the builder, so that all of a run's settings read in one place.
+
 Each builder method sets fields of one typed sub-config. `validate()` (called by `build()`) names the
 bad field and what is allowed. `to_dict()` / `from_dict()` make the config a Ray Tune param_space.
 """
@@ -176,6 +178,33 @@ class DebuggingConfig:
     when actors ask for them."""
 
 
+@dataclass
+class FaultToleranceConfig:
+    """Deadlines of every remote wait, and how many failures a run survives."""
+
+    episode_retries: int = 2
+    """Times a failed episode (its env or workflow raised, e.g. a retrieval server that is down) is run again on a
+    fresh env instance before its sampling round fails; its siblings carry on meanwhile. Counted in
+    counters.episodes_retried."""
+    max_actor_failures: int = 3
+    """Env runner deaths tolerated within failure_window_s: a dead runner is replaced by a new actor and its tasks
+    resubmitted; one failure more stops the run, naming the runner."""
+    failure_window_s: float = 3600.0
+    """The window max_actor_failures counts in: older failures are forgiven, so a long run is not ended by rare
+    ones."""
+    actor_start_timeout_s: float = 900.0
+    """Deadline for actors to start: learners (their placement group included), engines, env runners."""
+    engine_call_timeout_s: float = 600.0
+    """Deadline of one engine call (a batch of generations); past it the engine counts as stalled and the round
+    fails, naming it."""
+    sample_timeout_s: float = 3600.0
+    """Deadline of one env runner's share of a sampling round (training or held-out)."""
+    learner_timeout_s: float = 3600.0
+    """Deadline of one learner call: a train step, a logprob pass, a checkpoint save or load."""
+    weight_sync_timeout_s: float = 600.0
+    """Deadline of the weight-sync group's set-up and of each broadcast of the weights to the engines."""
+
+
 LEARNER_SETTINGS = {
     "model_path": "learners.model_path",
     "lr": "training.lr",
@@ -201,6 +230,7 @@ SECTIONS = {
     "training": TrainingConfig,
     "evaluation": EvaluationConfig,
     "debugging": DebuggingConfig,
+    "fault_tolerance": FaultToleranceConfig,
 }
 
 
@@ -221,6 +251,7 @@ class AlgorithmConfig(_Config):
         self.training_cfg = TrainingConfig()
         self.evaluation_cfg = EvaluationConfig()
         self.debugging_cfg = DebuggingConfig()
+        self.fault_tolerance_cfg = FaultToleranceConfig()
 
     # -- builder methods -------------------------------------------------------------
     def environment(self, env: str | None = None, *, env_config: dict | None = None) -> AlgorithmConfig:
@@ -254,6 +285,10 @@ class AlgorithmConfig(_Config):
     def debugging(self, **kwargs) -> AlgorithmConfig:
         """Set DebuggingConfig fields."""
         return self._set("debugging", **kwargs)
+
+    def fault_tolerance(self, **kwargs) -> AlgorithmConfig:
+        """Set FaultToleranceConfig fields (deadlines, retries, failure budgets)."""
+        return self._set("fault_tolerance", **kwargs)
 
     def _set(self, section: str, **kwargs) -> AlgorithmConfig:
         cfg = getattr(self, f"{section}_cfg")
@@ -297,6 +332,15 @@ class AlgorithmConfig(_Config):
             "training.dynamic_sampling_max_rounds": train.dynamic_sampling_max_rounds,
             "evaluation.evaluation_num_tasks": self.evaluation_cfg.evaluation_num_tasks,
         }
+        faults = self.fault_tolerance_cfg
+        positive["fault_tolerance.max_actor_failures"] = faults.max_actor_failures
+        for name in ("failure_window_s", "actor_start_timeout_s", "engine_call_timeout_s", "sample_timeout_s",
+                     "learner_timeout_s", "weight_sync_timeout_s"):
+            if not getattr(faults, name) > 0:
+                raise ValueError(f"fault_tolerance.{name}={getattr(faults, name)!r} is not allowed; it must be > 0")
+        if faults.episode_retries < 0:
+            raise ValueError(f"fault_tolerance.episode_retries={faults.episode_retries!r} is not allowed; it must be "
+                             ">= 0")
         if self.evaluation_cfg.evaluation_num_envs_per_env_runner is not None:
             positive["evaluation.evaluation_num_envs_per_env_runner"] = \
                 self.evaluation_cfg.evaluation_num_envs_per_env_runner
@@ -332,6 +376,12 @@ class AlgorithmConfig(_Config):
                 if name not in overrides:
                     message = message.replace(f"LearnerConfig.{name} ", f"{path} ")
             raise ValueError(message) from None
+
+    def learner_group_options(self) -> dict[str, Any]:
+        """LearnerGroup's keyword arguments besides its LearnerConfig: size, GPUs and deadlines."""
+        learn, faults = self.learners_cfg, self.fault_tolerance_cfg
+        return {"num_learners": learn.num_learners, "num_gpus_per_learner": learn.num_gpus_per_learner,
+                "call_timeout_s": faults.learner_timeout_s, "start_timeout_s": faults.actor_start_timeout_s}
 
     def actor_groups(self) -> list[tuple[str, int, float, str]]:
         """The algorithm's actors that reserve resources, as (name, count, GPUs each, the setting that sizes them);

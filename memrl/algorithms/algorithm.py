@@ -20,7 +20,7 @@ import numpy as np
 import ray
 from ray import tune
 
-from memrl.cluster import verbose
+from memrl.cluster import get, verbose
 from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
@@ -52,21 +52,17 @@ class Algorithm(tune.Trainable):
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
-        run, learn, train, dbg = (self.cfg.env_runners_cfg, self.cfg.learners_cfg, self.cfg.training_cfg,
-                                  self.cfg.debugging_cfg)
+        run, train, dbg = self.cfg.env_runners_cfg, self.cfg.training_cfg, self.cfg.debugging_cfg
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
                          "conversations_trained": 0}
-        self.learner_group = LearnerGroup(
-            self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
-            num_learners=learn.num_learners,
-            num_gpus_per_learner=learn.num_gpus_per_learner,
-        )
+        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
+                                          **self.cfg.learner_group_options())
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
-        _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine)
-        self.env_runner_group = EnvRunnerGroup(self._runner_spec({}, run.temperature), self.engines,
-                                               run.num_env_runners)
+        _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
+                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
+        self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature))
         self._eval_group: EnvRunnerGroup | None = None
         self._eval_overrides: dict | None = None
         self._init_weight_sync()
@@ -85,10 +81,19 @@ class Algorithm(tune.Trainable):
         with `num_envs` episodes in flight (None: env_runners.num_envs_per_env_runner)."""
         env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
         sampling = dataclasses.replace(run.sampling(), temperature=temperature)
+        faults = self.cfg.fault_tolerance_cfg
         return EnvRunnerSpec(env=env.env, env_config={**env.env_config, **env_overrides}, workflow=run.workflow,
                              workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
                              sampling=sampling, num_envs=num_envs or run.num_envs_per_env_runner,
-                             max_calls=run.max_calls_per_episode)
+                             max_calls=run.max_calls_per_episode, episode_retries=faults.episode_retries,
+                             engine_call_timeout_s=faults.engine_call_timeout_s)
+
+    def _runner_group(self, spec: EnvRunnerSpec) -> EnvRunnerGroup:
+        """env_runners.num_env_runners runners of `spec` over the engines, with the run's failure budget."""
+        faults = self.cfg.fault_tolerance_cfg
+        return EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners,
+                              max_failures=faults.max_actor_failures, failure_window_s=faults.failure_window_s,
+                              sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s)
 
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
@@ -101,7 +106,9 @@ class Algorithm(tune.Trainable):
         host, port = self.learner_group.free_address()
         learner_refs = self.learner_group.init_weight_sync(host, port, world, backend, wait=False)
         engine_refs = [e.init_weight_sync.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)]
-        ray.get(learner_refs + engine_refs)
+        get(learner_refs + engine_refs, self.cfg.fault_tolerance_cfg.weight_sync_timeout_s,
+            f"joining the weight-sync group ({backend}, learner rank 0 and {len(self.engines)} engines)",
+            "fault_tolerance.weight_sync_timeout_s")
         self._weight_metas = self.learner_group.weight_metas()
 
     # -- one iteration -------------------------------------------------------------------
@@ -109,7 +116,7 @@ class Algorithm(tune.Trainable):
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)
-        generate_s = max(ray.get([e.pop_generate_seconds.remote() for e in self.engines]))
+        generate_s = max(self._engine_seconds())
         t_sampled = time.perf_counter()
         learner_metrics: dict[str, float] = {}
         if kept:
@@ -237,8 +244,10 @@ class Algorithm(tune.Trainable):
         bucket = self.cfg.learners_cfg.weight_sync_bucket_bytes
         learner_refs = self.learner_group.broadcast_weights(self.weight_version, bucket, wait=False)
         engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
-        sent = ray.get(learner_refs)[0]
-        ray.get(engine_refs)
+        limit = self.cfg.fault_tolerance_cfg.weight_sync_timeout_s
+        what = f"broadcasting weight version {self.weight_version} to {len(self.engines)} engines"
+        sent = get(learner_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")[0]
+        get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")
         return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
 
     # -- evaluation ----------------------------------------------------------------------
@@ -255,12 +264,18 @@ class Algorithm(tune.Trainable):
             if self._eval_group is not None:
                 self._eval_group.shutdown()
             spec = self._runner_spec(overrides, ev.evaluation_temperature, ev.evaluation_num_envs_per_env_runner)
-            self._eval_group = EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners)
+            self._eval_group = self._runner_group(spec)
             self._eval_overrides = overrides
         trajectories = sample_heldout(self._eval_group, n, self.seed)
         # The engines' generation time is what training iterations report; evaluation's is not theirs.
-        ray.get([e.pop_generate_seconds.remote() for e in self.engines])
+        self._engine_seconds()
         return trajectories
+
+    def _engine_seconds(self) -> list[float]:
+        """Each engine's generation seconds since the last call (and resets them)."""
+        return get([e.pop_generate_seconds.remote() for e in self.engines],
+                   self.cfg.fault_tolerance_cfg.engine_call_timeout_s, "reading the engines' generation time",
+                   "fault_tolerance.engine_call_timeout_s")
 
     # -- checkpoints ---------------------------------------------------------------------
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -279,12 +294,14 @@ class Algorithm(tune.Trainable):
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a checkpoint keeps besides the learners' weights and optimizer (JSON): the weight version and the
-        episode counters."""
-        return {"weight_version": self.weight_version, "counters": self.counters}
+        episode counters (the algorithm's and its training runners')."""
+        return {"weight_version": self.weight_version, "counters": self.counters,
+                "runner_counters": self.env_runner_group.counters}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """Take back `checkpoint_state`'s figures once the learners are restored."""
         self.counters = state["counters"]
+        self.env_runner_group.counters.update(state.get("runner_counters", {}))
         self.weight_version = state["weight_version"] - 1
         self.sync_weights()  # engines get the restored weights under the saved version
 
@@ -329,12 +346,13 @@ class Algorithm(tune.Trainable):
             self._wandb.finish()
 
 
-def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float = 900.0) -> None:
+def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float) -> None:
     """Fail with a clear message when actors cannot start (most often: the cluster lacks the CPUs/GPUs)."""
     ready, _ = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
     if len(ready) < len(actors):
         raise RuntimeError(
-            f"{len(actors) - len(ready)} of {len(actors)} {what} actors did not start within {timeout_s:.0f} s; each "
+            f"{len(actors) - len(ready)} of {len(actors)} {what} actors did not start within {timeout_s:g} s "
+            f"(fault_tolerance.actor_start_timeout_s); each "
             f"needs 1 CPU and {num_gpus} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
             f"{ray.available_resources()}"
         )

@@ -82,8 +82,7 @@ class PPO(Algorithm):
         self.critic_group = LearnerGroup(
             self.cfg.learner_config(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
                                     head="value"),
-            num_learners=learn.num_learners,
-            num_gpus_per_learner=learn.num_gpus_per_learner,
+            **self.cfg.learner_group_options(),
         )
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:

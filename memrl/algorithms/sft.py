@@ -122,8 +122,8 @@ class SFT(Algorithm):
         # The learner's train_step reads these; the SFT loss ignores them.
         self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
                             "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
-        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False), num_learners=learn.num_learners,
-                                          num_gpus_per_learner=learn.num_gpus_per_learner)
+        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False),
+                                          **self.cfg.learner_group_options())
         self.engine = TorchEngine(learn.model_path, seed=self.seed)
         self.rng = np.random.default_rng(self.seed)
         self.steps_done = 0

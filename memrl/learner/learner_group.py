@@ -13,6 +13,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
 from memrl.learner.learner import Learner, LearnerConfig, check_train_rows
 from memrl.learner.losses import LossConfig
@@ -58,7 +59,10 @@ def _free_address() -> tuple[str, int]:
 class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
-    def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0):
+    def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0, *,
+                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
+        """`call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
+        their placement and start."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if num_gpus_per_learner < 0:
@@ -67,12 +71,21 @@ class LearnerGroup:
             raise ValueError(f"LearnerConfig.model_path {config.model_path!r} is not a local checkpoint directory")
         self.config = config
         self.num_learners = num_learners
+        self.call_timeout_s = call_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.learners: list = []
         if not num_gpus_per_learner and not _cpu_comm_op_built():
             print("Building DeepSpeed's CPU communication op (first run on this machine only, about a minute)...",
                   file=sys.stderr, flush=True)
         bundle = {"CPU": 1, "GPU": num_gpus_per_learner} if num_gpus_per_learner else {"CPU": 1}
         self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
-        ray.get(self._pg.ready())
+        try:
+            get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners (1 CPU and "
+                f"{num_gpus_per_learner:g} GPU each; the cluster has {ray.cluster_resources()})",
+                "fault_tolerance.actor_start_timeout_s")
+        except TimeoutError:
+            self.shutdown()
+            raise
         host, port = self.free_address()
         actor_cls = ray.remote(Learner)
         self.learners = [
@@ -84,15 +97,16 @@ class LearnerGroup:
             for rank in range(num_learners)
         ]
         # Surface a failed start here rather than at the first call.
-        ray.get([a.__ray_ready__.remote() for a in self.learners])
+        get([a.__ray_ready__.remote() for a in self.learners], start_timeout_s, f"starting {num_learners} learners",
+            "fault_tolerance.actor_start_timeout_s")
 
     def free_address(self) -> tuple[str, int]:
         """(IP, free port) on rank 0's node: where a group with rank 0 as its master can listen."""
-        return ray.get(
+        return get(
             _free_address.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=0)
-            ).remote()
-        )
+            ).remote(), self.start_timeout_s, "finding a free port on learner rank 0's node",
+            "fault_tolerance.actor_start_timeout_s")
 
     def _call(self, method: str, *args: Any, per_rank_args: list[tuple] | None = None, wait: bool = True):
         """Run a method on every learner at once (collectives need all ranks); results in rank order."""
@@ -100,7 +114,11 @@ class LearnerGroup:
             getattr(actor, method).remote(*(per_rank_args[rank] if per_rank_args else args))
             for rank, actor in enumerate(self.learners)
         ]
-        return ray.get(refs) if wait else refs
+        return self.wait(refs, method) if wait else refs
+
+    def wait(self, refs: list, step: str):
+        """The learners' results of `refs` (a call named `step`), within the call deadline."""
+        return get(refs, self.call_timeout_s, f"learners' {step}", "fault_tolerance.learner_timeout_s")
 
     def compute_logprobs(
         self, rows: Sequence[Row], reference: bool = False
@@ -157,7 +175,7 @@ class LearnerGroup:
 
     def weight_metas(self) -> list[TensorMeta]:
         """(HF name, shape, dtype) of every parameter, in broadcast order (what engines allocate to receive)."""
-        return ray.get(self.learners[0].weight_metas.remote())
+        return self.wait(self.learners[0].weight_metas.remote(), "weight_metas")
 
     def gather_state_dict(self) -> dict:
         """Full parameters with HF names (CPU tensors), gathered by all ranks and returned from rank 0."""
@@ -178,7 +196,7 @@ class LearnerGroup:
         engines' receives, then ray.get the refs.
         """
         refs = self._call("broadcast_weights", version, bucket_bytes, wait=False)
-        return ray.get(refs)[0] if wait else refs
+        return self.wait(refs, "broadcast_weights")[0] if wait else refs
 
     def save_checkpoint(self, path: str) -> None:
         """DeepSpeed checkpoint (weights, optimizer, step) of every rank under `path` (a directory all ranks see)."""

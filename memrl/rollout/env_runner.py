@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import pyarrow as pa
+import ray
 from transformers import AutoTokenizer
 
 from memrl.engines.base import GenerationOutput, SamplingConfig
@@ -42,6 +43,19 @@ class EnvRunnerSpec:
     """Env instances per runner: trajectories that run at once in one runner."""
     max_calls: int = 64
     """Safety cap on LLM calls per trajectory; a trajectory reaching it is truncated."""
+    episode_retries: int = 2
+    """Times a failed episode is run again on a fresh env instance (AlgorithmConfig fault_tolerance)."""
+    engine_call_timeout_s: float = 600.0
+    """Deadline of one engine call (AlgorithmConfig fault_tolerance)."""
+
+
+class EngineFailed(RuntimeError):
+    """The inference engine a runner samples from died, stalled past its deadline or failed a call: the engine's
+    fault, not the runner's."""
+
+
+class EpisodeFailed(RuntimeError):
+    """An episode failed on every attempt (its env or workflow raised each time)."""
 
 
 class EnvRunner:
@@ -64,6 +78,7 @@ class EnvRunner:
         self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
         self._respond = BatchingResponder(self._generate_batch)
         self._max_model_len: int | None = None
+        self._engine_name = "engine"
         self._seed: int | None = None
         self._stats: dict[str, float] = {}
 
@@ -71,45 +86,84 @@ class EnvRunner:
         """Liveness check; returns the runner index."""
         return self.runner_index
 
-    async def sample(self, tasks: list[Task], engine,
-                     seed: int | None = None) -> tuple[pa.RecordBatch, dict[str, float]]:
-        """Run every task to the end against `engine` (an engine actor); returns their trajectories as one Arrow
-        batch, plus runner stats.
+    async def sample(self, tasks: list[Task], engine, seed: int | None = None,
+                     engine_name: str = "engine") -> tuple[pa.RecordBatch, dict[str, float]]:
+        """Run every task to the end against `engine` (an engine actor, `engine_name` in errors); returns their
+        trajectories as one Arrow batch, plus runner stats.
 
         With a `seed`, engine batch k is sampled under a seed derived from (seed, k): the same tasks and seed
         give the same trajectories, whichever other runners share the engine.
+
+        A failed episode is run again on a fresh env (spec.episode_retries times) while the others carry on. When
+        an episode fails for good, or the engine fails (EngineFailed), every other episode is cancelled before
+        the error is raised, so no episode of this call keeps stepping an env the next call will use.
         """
         self._seed = seed
-        self.engine = engine
-        self._max_model_len = await engine.max_model_len.remote()
-        self._stats = {"generate_s": 0.0, "env_s": 0.0, "calls": 0, "batches": 0, "new_tokens": 0}
+        self.engine, self._engine_name = engine, engine_name
+        self._stats = {"generate_s": 0.0, "env_s": 0.0, "calls": 0, "batches": 0, "new_tokens": 0,
+                       "episode_retries": 0}
+        self._max_model_len = await self._engine_call(engine.max_model_len.remote(), "max_model_len")
         start = time.perf_counter()
         free_envs: asyncio.Queue = asyncio.Queue()
-        for env in self.envs:
-            free_envs.put_nowait(env)
+        for index in range(len(self.envs)):
+            free_envs.put_nowait(index)
 
         async def run(task: Task) -> Trajectory:
-            env = await free_envs.get()
+            index = await free_envs.get()
             try:
-                return await self._run(env, task)
+                return await self._run_with_retries(index, task)
             finally:
-                free_envs.put_nowait(env)
+                free_envs.put_nowait(index)
 
-        trajectories = await asyncio.gather(*(run(t) for t in tasks))
+        jobs = [asyncio.ensure_future(run(task)) for task in tasks]
+        try:
+            trajectories = await asyncio.gather(*jobs)
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+            raise
         self._stats["sample_s"] = time.perf_counter() - start
         self._stats["trajectories"] = len(trajectories)
         return to_arrow(list(trajectories)), dict(self._stats)
 
-    async def _run(self, env: gym.Env, task: Task) -> Trajectory:
-        workflow = self.workflow_cls(self.tokenizer, **self.spec.workflow_config)
-        return await run_episode(env, workflow, task, self._respond, max_calls=self.spec.max_calls,
-                                 max_model_len=self._max_model_len, timers=self._stats)
+    async def _run_with_retries(self, index: int, task: Task) -> Trajectory:
+        for attempt in range(self.spec.episode_retries + 1):
+            try:
+                workflow = self.workflow_cls(self.tokenizer, **self.spec.workflow_config)
+                return await run_episode(self.envs[index], workflow, task, self._respond,
+                                         max_calls=self.spec.max_calls, max_model_len=self._max_model_len,
+                                         timers=self._stats)
+            except EngineFailed:
+                raise
+            except Exception as exc:
+                if attempt == self.spec.episode_retries:
+                    raise EpisodeFailed(
+                        f"env runner {self.runner_index}: task {task.traj_id} (env seed {task.seed}) failed "
+                        f"{attempt + 1} times; the last error: {type(exc).__name__}: {exc}") from exc
+                self._stats["episode_retries"] += 1
+                self.envs[index].close()
+                self.envs[index] = gym.make(self.spec.env, **self.spec.env_config)
+
+    async def _engine_call(self, ref, step: str):
+        """Await one engine call within engine_call_timeout_s; any failure of it becomes EngineFailed."""
+        limit = self.spec.engine_call_timeout_s
+        try:
+            return await asyncio.wait_for(ref, timeout=limit)
+        except asyncio.TimeoutError:
+            raise EngineFailed(f"{self._engine_name} did not answer {step} within {limit:g} s (stalled?); if it "
+                               "needs longer, raise fault_tolerance.engine_call_timeout_s") from None
+        except ray.exceptions.RayActorError as exc:
+            raise EngineFailed(f"{self._engine_name} died during {step}: {exc}") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise EngineFailed(f"{self._engine_name} failed {step}: {exc}") from None
 
     async def _generate_batch(self, prompts: list[list[int]]) -> list[GenerationOutput]:
         """One engine call for every request pending at once; engine batch k is seeded from (seed, k)."""
         t0 = time.perf_counter()
         batch_seed = None if self._seed is None else derive_seed(self._seed, int(self._stats["batches"]))
-        outputs = await self.engine.generate_batch.remote(prompts, self.sampling, batch_seed)
+        outputs = await self._engine_call(self.engine.generate_batch.remote(prompts, self.sampling, batch_seed),
+                                          f"a generate call of {len(prompts)} prompts")
         self._stats["generate_s"] += time.perf_counter() - t0
         self._stats["calls"] += len(prompts)
         self._stats["batches"] += 1

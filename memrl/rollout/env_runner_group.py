@@ -1,70 +1,99 @@
-"""A group of EnvRunner actors: spreads tasks over them and survives a runner that dies."""
+"""A group of EnvRunner actors: spreads tasks over them, replaces a runner that dies or stalls, and names the actor
+at fault when a round cannot finish."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import pyarrow as pa
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
+from memrl.cluster import get
 from memrl.episode import concat
-from memrl.rollout.env_runner import EnvRunner, EnvRunnerSpec
+from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed
 from memrl.rollout.loop import Task
 from memrl.seeds import spawn_seeds
 
 logger = logging.getLogger(__name__)
 
+CANCEL_WAIT_S = 30.0
+"""How long a failed round waits for the other runners' cancelled work to stop before it reports the failure."""
+
 
 class EnvRunnerGroup:
-    """`num_runners` EnvRunner actors; runner i sends its requests to engine i % len(engines)."""
+    """`num_runners` EnvRunner actors; runner i sends its requests to engine i % len(engines).
 
-    def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, max_restarts: int = 3):
+    A runner that dies, or holds its share of a round past `sample_timeout_s`, is replaced by a new actor and its
+    tasks are resubmitted; more than `max_failures` such failures within `failure_window_s` stop the run. An
+    engine's failure or an episode that failed on every attempt ends the round with the runner's error (naming
+    the engine or the task), after the other runners' work is cancelled.
+    """
+
+    def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *, max_failures: int = 3,
+                 failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
         if num_runners < 1:
             raise ValueError(f"num_runners must be >= 1, got {num_runners}")
         if not engines:
             raise ValueError("EnvRunnerGroup needs at least one engine actor")
         self.spec = spec
-        self.max_restarts = max_restarts
-        actor_cls = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(EnvRunner)
+        self.max_failures = max_failures
+        self.failure_window_s = failure_window_s
+        self.sample_timeout_s = sample_timeout_s
+        self.start_timeout_s = start_timeout_s
+        # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
+        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(EnvRunner)
         self.engines = [engines[i % len(engines)] for i in range(num_runners)]
-        self.runners = [actor_cls.remote(spec, i) for i in range(num_runners)]
-        self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0}
-        ray.get([r.ping.remote() for r in self.runners])
+        self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
+        self.runners = [self._actor_cls.remote(spec, i) for i in range(num_runners)]
+        self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
+                         "episodes_retried": 0, "failed_rounds": 0}
+        self._failures: deque[float] = deque()
+        get([r.ping.remote() for r in self.runners], start_timeout_s, f"starting {num_runners} env runners",
+            "fault_tolerance.actor_start_timeout_s")
 
     def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.Table, dict[str, float]]:
         """Run all tasks; returns their trajectories in task order and merged runner stats.
 
         With a `seed`, runner i samples under a seed derived from (seed, i), so the result is reproducible.
-
-        Tasks are split into contiguous chunks, one per runner (groups stay together). A chunk whose
-        runner dies is resubmitted to the restarted runner; every task comes back exactly once.
+        Tasks are split into contiguous chunks, one per runner (groups stay together); every task comes back
+        exactly once, or the round raises.
         """
         self.counters["tasks_submitted"] += len(tasks)
         chunks = _split(tasks, len(self.runners))
         seeds = spawn_seeds(seed, len(chunks)) if seed is not None else [None] * len(chunks)
-        pending = {self.runners[i].sample.remote(chunk, self.engines[i], seeds[i]): (i, chunk, 0)
+        pending = {self._submit(i, chunk, seeds[i]): (i, chunk, time.monotonic() + self.sample_timeout_s)
                    for i, chunk in enumerate(chunks) if chunk}
         batches: dict[int, pa.RecordBatch] = {}
         stats: dict[str, float] = {}
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            first_deadline = min(deadline for *_, deadline in pending.values())
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first_deadline - time.monotonic()))
+            if not done:  # a runner holds its share past the deadline: replace it, as if it had died
+                ref = min(pending, key=lambda r: pending[r][2])
+                i, chunk, _ = pending.pop(ref)
+                self._replace(i, f"env runner {i} did not finish its {len(chunk)} tasks within "
+                                 f"{self.sample_timeout_s:g} s (fault_tolerance.sample_timeout_s)", pending)
+                pending[self._submit(i, chunk, seeds[i])] = (i, chunk, time.monotonic() + self.sample_timeout_s)
+                self.counters["resubmitted"] += len(chunk)
+                continue
             ref = done[0]
-            i, chunk, attempt = pending.pop(ref)
+            i, chunk, _ = pending.pop(ref)
             try:
                 batch, runner_stats = ray.get(ref)
+            except RayTaskError as exc:  # the runner is alive; something it used failed (checked first: a
+                # RayTaskError whose cause is an actor's death is a RayActorError too)
+                self._fail_round(pending)
+                cause = exc.cause
+                if isinstance(cause, (EngineFailed, EpisodeFailed)):
+                    raise cause from None
+                raise RuntimeError(f"env runner {i} failed: {exc}") from None
             except RayActorError as exc:
-                self.counters["runner_failures"] += 1
-                if attempt >= self.max_restarts:
-                    raise RuntimeError(
-                        f"env runner {i} died {attempt + 1} times while sampling; giving up (max_restarts="
-                        f"{self.max_restarts})"
-                    ) from exc
-                logger.warning("env runner %d died (%s); resubmitting its %d tasks", i, exc, len(chunk))
-                self._wait_until_restarted(i)
+                self._replace(i, f"env runner {i} died ({type(exc).__name__})", pending)
+                pending[self._submit(i, chunk, seeds[i])] = (i, chunk, time.monotonic() + self.sample_timeout_s)
                 self.counters["resubmitted"] += len(chunk)
-                pending[self.runners[i].sample.remote(chunk, self.engines[i], seeds[i])] = (i, chunk, attempt + 1)
                 continue
             batches[i] = batch
             for k, v in runner_stats.items():
@@ -77,19 +106,38 @@ class EnvRunnerGroup:
                 f"episode accounting mismatch: submitted {len(expected)} tasks, got back {len(returned)} trajectories"
             )
         self.counters["trajectories_returned"] += len(returned)
+        self.counters["episodes_retried"] += int(stats.get("episode_retries", 0))
         return table, stats
 
-    def _wait_until_restarted(self, i: int, timeout_s: float = 120.0) -> None:
-        """Block until Ray has restarted runner i (calls made while it restarts fail)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                ray.get(self.runners[i].ping.remote(), timeout=10)
-                return
-            except (RayActorError, GetTimeoutError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"env runner {i} did not come back within {timeout_s:.0f} s") from None
-                time.sleep(0.2)
+    def _submit(self, i: int, chunk: list[Task], seed: int | None):
+        return self.runners[i].sample.remote(chunk, self.engines[i], seed, self.engine_names[i])
+
+    def _replace(self, i: int, what: str, pending: dict) -> None:
+        """Count runner i's failure against the budget (or end the round), then start a new runner i."""
+        now = time.monotonic()
+        self._failures.append(now)
+        while self._failures and self._failures[0] < now - self.failure_window_s:
+            self._failures.popleft()
+        self.counters["runner_failures"] += 1
+        if len(self._failures) > self.max_failures:
+            self._fail_round(pending)
+            raise RuntimeError(f"{what}: {len(self._failures)} env runner failures within "
+                               f"{self.failure_window_s:g} s, more than fault_tolerance.max_actor_failures="
+                               f"{self.max_failures}; giving up")
+        logger.warning("%s; starting a new env runner %d and resubmitting its tasks", what, i)
+        ray.kill(self.runners[i], no_restart=True)
+        self.runners[i] = self._actor_cls.remote(self.spec, i)
+        get(self.runners[i].ping.remote(), self.start_timeout_s, f"restarting env runner {i}",
+            "fault_tolerance.actor_start_timeout_s")
+
+    def _fail_round(self, pending: dict) -> None:
+        """Cancel the other runners' work of a round that cannot finish, and wait (briefly) until it stopped, so
+        the next round starts on idle runners."""
+        self.counters["failed_rounds"] += 1
+        for ref in pending:
+            ray.cancel(ref)
+        if pending:
+            ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
 
     def shutdown(self) -> None:
         """Kill every runner actor."""

@@ -137,10 +137,12 @@ class BatchingResponder:
             outputs = await self.generate_batch([p for p, _ in batch])
         except Exception as exc:
             for _, future in batch:
-                future.set_exception(exc)
+                if not future.done():  # an episode cancelled meanwhile no longer waits
+                    future.set_exception(exc)
             return
         for (_, future), out in zip(batch, outputs):
-            future.set_result(out)
+            if not future.done():
+                future.set_result(out)
 
 
 class ExpertResponder:

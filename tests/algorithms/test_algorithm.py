@@ -83,6 +83,7 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     algo.restore_from_path(path)
     resumed.append(algo.train())
     assert resumed[2]["training_iteration"] == 3
+    assert resumed[2]["counters"] == straight[2]["counters"]  # the runners' counters come back with the checkpoint
     for got, want in zip(resumed, straight):
         g, w = _figures(got), _figures(want)
         assert g.keys() == w.keys()

@@ -1,15 +1,21 @@
+import json
+import os
+import signal
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 import ray
 from transformers import AutoTokenizer
 
-from memrl.engines.base import SamplingConfig
+from envs.encyclopedia import EncyclopediaConfig, make_world
+from envs.retrieval import BM25Retriever
+from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
 from memrl.episode import from_arrow
-from memrl.rollout import EnvRunner, EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.rollout import EngineFailed, EnvRunner, EnvRunnerGroup, EnvRunnerSpec, EpisodeFailed, Task
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +143,186 @@ def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_check
     path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
     engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
-    with pytest.raises(ValueError, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
+    with pytest.raises(EpisodeFailed, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
         ray.get(runner.sample.remote(_tasks(1), engine))
     ray.kill(runner)
     ray.kill(engine)
+
+
+class _FlakyRetrieval(BaseHTTPRequestHandler):
+    """A Search-R1-shaped retrieval server over the synthetic encyclopedia that answers HTTP 500 to the requests
+    numbered in `failing` (all of them when it is None)."""
+
+    retriever = BM25Retriever(make_world(EncyclopediaConfig()).passages)
+    failing: set | None = {2, 5, 9}
+    """Request numbers (from 1) answered with HTTP 500; tests set it."""
+    requests = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests += 1
+        if self.failing is None or self.requests in self.failing:
+            data, status = b"overloaded", 500
+        else:
+            hits = self.retriever.search(body["queries"], body["topk"])
+            result = [[{"document": {"id": h["id"], "contents": f"{h['title']}\n{h['text']}"}, "score": h["score"]}
+                       for h in row] for row in hits]
+            data, status = json.dumps({"result": result}).encode(), 200
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture()
+def flaky_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyRetrieval)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _FlakyRetrieval.failing, _FlakyRetrieval.requests = {2, 5, 9}, 0
+    yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+    server.shutdown()
+    server.server_close()
+
+
+def _search_spec(tiny_checkpoint, url, **fields) -> EnvRunnerSpec:
+    return EnvRunnerSpec(env="memrl/Search-v0",
+                         env_config={"num_objectives": 1, "max_turns": 3, "retriever": url, "http_retries": 0},
+                         workflow="react", workflow_config={}, tokenizer_path=str(tiny_checkpoint),
+                         sampling=SamplingConfig(max_tokens=12), num_envs=4, **fields)
+
+
+class _Searcher(TorchEngine):
+    """A torch engine that always replies with a search (the untrained model rarely writes a valid action)."""
+
+    def __init__(self, model_path, **kwargs):
+        super().__init__(model_path, **kwargs)
+        self.reply = AutoTokenizer.from_pretrained(model_path).encode("<search>Kema</search>", add_special_tokens=False)
+
+    def generate(self, prompts, sampling):
+        ids = self.reply + [sampling.stop_token_ids[0]]
+        return [GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
+                                 weight_version=self.weight_version) for _ in prompts]
+
+
+def _scripted_search_engine(tiny_checkpoint):
+    return ray.remote(num_cpus=0)(_Searcher).remote(str(tiny_checkpoint), seed=0)
+
+
+def test_episodes_hit_by_a_flaky_retriever_are_rerun_on_fresh_envs(ray_session, tiny_checkpoint, flaky_server):
+    engine = _scripted_search_engine(tiny_checkpoint)
+    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, episode_retries=5), [engine], num_runners=2)
+    tasks = _tasks(8)
+    table, stats = group.sample(tasks, seed=0)
+    trajs = from_arrow(table)
+    assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
+    # every episode searched until its turns ran out: 3 searches each, none cut short by a failure
+    assert all(t.metrics["num_searches"] == 3 and len(t.conversations) == 3 for t in trajs)
+    assert group.counters["episodes_retried"] == stats["episode_retries"] == 3  # one per failed request
+    assert group.counters["runner_failures"] == 0
+    # the next round starts on idle runners and fresh envs: nothing of the failed attempts carries over
+    again, _ = group.sample(tasks, seed=1)
+    assert len(from_arrow(again)) == 8
+    group.shutdown()
+    ray.kill(engine)
+
+
+def test_an_episode_failing_every_attempt_ends_the_round_naming_the_task(ray_session, tiny_checkpoint, flaky_server):
+    _FlakyRetrieval.failing = None
+    engine = _scripted_search_engine(tiny_checkpoint)
+    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, episode_retries=1), [engine], num_runners=2)
+    with pytest.raises(EpisodeFailed, match=r"task t\d+ \(env seed \d+\) failed 2 times; the last error: "
+                                            r"RuntimeError: retrieval server http://127.0.0.1:\d+/retrieve "
+                                            r"answered HTTP 500"):
+        group.sample(_tasks(4))
+    assert group.counters["failed_rounds"] == 1 and group.counters["runner_failures"] == 0
+    # The failed round left the runners idle: the next one (one request failing) completes.
+    _FlakyRetrieval.failing, _FlakyRetrieval.requests = {2}, 0
+    assert len(from_arrow(group.sample(_tasks(2))[0])) == 2
+    group.shutdown()
+    ray.kill(engine)
+
+
+def _pid(actor) -> int:
+    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+
+
+def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkpoint):
+    engine = ray.remote(num_cpus=0, max_restarts=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=2)
+    result = {}
+
+    def run():
+        try:
+            group.sample(_tasks(8))
+        except Exception as exc:  # noqa: BLE001  (the test inspects it)
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    ray.kill(engine)
+    thread.join(timeout=60)
+    assert isinstance(result["error"], EngineFailed)
+    assert "inference engine 0 died" in str(result["error"])
+    assert group.counters["runner_failures"] == 0 and group.counters["failed_rounds"] == 1
+    group.shutdown()
+
+
+def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_checkpoint):
+    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    spec = _spec(tiny_checkpoint)
+    spec.engine_call_timeout_s = 3.0
+    group = EnvRunnerGroup(spec, [engine], num_runners=1)
+    group.sample(_tasks(2))  # warm: the engine answers
+    pid = _pid(engine)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(EngineFailed, match=r"inference engine 0 did not answer .* within 3 s \(stalled\?\); "
+                                               r"if it needs longer, raise fault_tolerance.engine_call_timeout_s"):
+            group.sample(_tasks(2))
+        assert time.monotonic() - t0 < 15
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    group.shutdown()
+    ray.kill(engine)
+
+
+def test_a_stalled_runner_is_replaced_and_its_tasks_resubmitted(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.2), [engine], num_runners=2, sample_timeout_s=4.0)
+    reference, _ = group.sample(_tasks(8), seed=3)
+    os.kill(_pid(group.runners[1]), signal.SIGSTOP)  # killed by the group when it replaces the runner
+    table, _ = group.sample(_tasks(8), seed=3)
+    assert table.equals(reference)  # the replacement reruns the same chunk under the same seed
+    assert group.counters["runner_failures"] == 1 and group.counters["resubmitted"] == 4
+    group.shutdown()
+
+
+def test_runner_failures_beyond_the_budget_stop_the_run(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=1, max_failures=1)
+    for expected in (None, "2 env runner failures within 3600 s, more than fault_tolerance.max_actor_failures=1"):
+        result = {}
+
+        def run():
+            try:
+                result["out"] = group.sample(_tasks(4))
+            except RuntimeError as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(0.5)
+        ray.kill(group.runners[0])
+        thread.join(timeout=120)
+        if expected is None:
+            assert "out" in result and group.counters["runner_failures"] == 1
+        else:
+            assert expected in str(result["error"])
+    group.failure_window_s = 0.0  # forgiven: old failures leave the window
+    group._replace(0, "test", {})
+    assert len(from_arrow(group.sample(_tasks(2))[0])) == 2
+    group.shutdown()
