@@ -150,14 +150,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer({"detail": "Not Found"}, status=404)
 
 
-@pytest.fixture(scope="module")
-def server_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def _serve(handler):
+    """A loopback HTTP server answering with `handler` in a thread; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    yield from _serve(_Handler)
 
 
 def test_http_search_r1_shape(server_url):
@@ -277,13 +282,7 @@ class _Misbehaving(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def bad_server_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Misbehaving)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from _serve(_Misbehaving)
 
 
 def test_http_flaky_server_is_asked_again(bad_server_url):

@@ -3,16 +3,7 @@
 import json
 import string
 
-from memrl.workflows.search_prompts import (
-    MEM1_TEMPLATE,
-    MEMORY_PROBE,
-    MEMPO_TEMPLATE,
-    MEMSEARCHER_SYSTEM,
-    MEMSEARCHER_USER,
-    REACT_TEMPLATE,
-    SEARCH_TOOL,
-    TOOL_RESPONSE,
-)
+from memrl.workflows import search_prompts as p
 
 
 def fields(text):
@@ -20,16 +11,16 @@ def fields(text):
 
 
 def test_each_text_has_exactly_the_fields_its_workflow_fills():
-    for template in (MEM1_TEMPLATE, MEMPO_TEMPLATE, REACT_TEMPLATE):
+    for template in (p.MEM1_TEMPLATE, p.MEMPO_TEMPLATE, p.REACT_TEMPLATE):
         assert fields(template) == {"questions"}
-    assert fields(MEMSEARCHER_SYSTEM) == {"tool", "memory_tokens"}
-    assert fields(MEMSEARCHER_USER) == {"question", "memory"}
-    assert fields(TOOL_RESPONSE) == {"observation"}
-    assert fields(MEMORY_PROBE) == set()
+    assert fields(p.MEMSEARCHER_SYSTEM) == {"tool", "memory_tokens"}
+    assert fields(p.MEMSEARCHER_USER) == {"question", "memory"}
+    assert fields(p.TOOL_RESPONSE) == {"observation"}
+    assert fields(p.MEMORY_PROBE) == set()
 
 
 def test_memsearcher_system_prompt_shows_the_tool_and_a_parseable_call():
-    text = MEMSEARCHER_SYSTEM.format(tool=json.dumps(SEARCH_TOOL), memory_tokens=64)
-    assert json.dumps(SEARCH_TOOL) in text and "at most 64 tokens" in text
+    text = p.MEMSEARCHER_SYSTEM.format(tool=json.dumps(p.SEARCH_TOOL), memory_tokens=64)
+    assert json.dumps(p.SEARCH_TOOL) in text and "at most 64 tokens" in text
     example = text[text.index("<tool_call>{") + len("<tool_call>"):text.index("}</tool_call>") + 1]
-    assert json.loads(example)["name"] == SEARCH_TOOL["function"]["name"]
+    assert json.loads(example)["name"] == p.SEARCH_TOOL["function"]["name"]
