@@ -137,16 +137,18 @@ class RetrievalServer:
 class ActorRetriever:
     """The client side of a RetrievalServer actor; it pickles, so it can travel to env runner actors."""
 
-    def __init__(self, actor):
+    def __init__(self, actor, timeout_s: float = 60.0):
+        """`timeout_s` bounds one search, a restart of the actor included."""
         self.actor = actor
+        self.timeout_s = timeout_s
 
     @classmethod
-    def by_name(cls, name: str, namespace: str | None = None) -> ActorRetriever:
+    def by_name(cls, name: str, namespace: str | None = None, timeout_s: float = 60.0) -> ActorRetriever:
         """A client of the running RetrievalServer actor called `name`."""
         import ray
 
         try:
-            return cls(ray.get_actor(name, namespace=namespace))
+            return cls(ray.get_actor(name, namespace=namespace), timeout_s)
         except ValueError as e:
             raise ValueError(
                 f"no Ray actor named {name!r} is running; start one with "
@@ -157,21 +159,30 @@ class ActorRetriever:
         import ray
 
         _check_search_args(queries, top_k)
-        return ray.get(self.actor.search.remote(list(queries), top_k))
+        ref = self.actor.search.remote(list(queries), top_k)
+        try:
+            return ray.get(ref, timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref)
+            raise TimeoutError(f"the retrieval actor gave no answer within {self.timeout_s:g} s "
+                               f"(SearchConfig.actor_timeout_s)") from None
 
 
-def start_retrieval_server(passages: Sequence[Passage], name: str | None = None, num_cpus: float = 1) -> ActorRetriever:
-    """Starts a RetrievalServer actor over `passages` and returns a client of it.
+def start_retrieval_server(passages: Sequence[Passage], name: str | None = None, num_cpus: float = 1,
+                           max_restarts: int = -1, timeout_s: float = 60.0) -> ActorRetriever:
+    """Starts a RetrievalServer actor over `passages` and returns a client of it (searches bounded by `timeout_s`).
 
     With a `name`, this is get-or-create: if an actor of that name already runs, the client talks to it and
-    `passages` are ignored, so every runner can call this without building a second index.
+    `passages` are ignored, so every runner can call this without building a second index. An actor that dies is
+    restarted by Ray (up to `max_restarts` times, -1: always) on the passages it was made with, and the searches it
+    was serving are asked again, which is safe: a search changes nothing.
     """
     import ray
 
-    options = {"num_cpus": num_cpus}
+    options = {"num_cpus": num_cpus, "max_restarts": max_restarts, "max_task_retries": -1 if max_restarts else 0}
     if name is not None:
         options.update(name=name, get_if_exists=True)
-    return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)))
+    return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)), timeout_s)
 
 
 class _Transient(Exception):

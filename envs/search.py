@@ -84,6 +84,8 @@ class SearchConfig:
     """Times an HTTP search is asked again when the server cannot be reached, breaks off or answers 5xx."""
     retrieval_actor: str | None = None
     """Name of a running envs.retrieval.RetrievalServer Ray actor to search through; overrides `retriever`."""
+    actor_timeout_s: float = 60.0
+    """Deadline of one search through retrieval_actor, a restart of the actor included."""
     max_query_chars: int = 256
     """Longest search query accepted; longer ones are invalid actions."""
     max_doc_chars: int = 1000
@@ -99,9 +101,10 @@ class SearchConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"SearchConfig.{name} must be an int >= {low}, got {value!r}")
-        if isinstance(self.http_timeout_s, bool) or not isinstance(self.http_timeout_s, (int, float)) \
-                or not self.http_timeout_s > 0:
-            raise ValueError(f"SearchConfig.http_timeout_s must be a number > 0, got {self.http_timeout_s!r}")
+        for name in ("http_timeout_s", "actor_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"SearchConfig.{name} must be a number > 0, got {value!r}")
         if isinstance(self.http_retries, bool) or not isinstance(self.http_retries, int) or self.http_retries < 0:
             raise ValueError(f"SearchConfig.http_retries must be an int >= 0, got {self.http_retries!r}")
         if not isinstance(self.seed_offset, int):
@@ -282,7 +285,7 @@ class SearchEnv(gym.Env):
     def _make_retriever(self) -> Retriever:
         config = self.config
         if config.retrieval_actor is not None:
-            return ActorRetriever.by_name(config.retrieval_actor)
+            return ActorRetriever.by_name(config.retrieval_actor, timeout_s=config.actor_timeout_s)
         if config.retriever != "bm25":
             return HTTPRetriever(config.retriever, api=config.http_api, timeout_s=config.http_timeout_s,
                                  retries=config.http_retries)

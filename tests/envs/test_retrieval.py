@@ -1,4 +1,6 @@
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -234,6 +236,34 @@ def test_ray_actor_serves_concurrent_clients(ray_session):
     ray.kill(client.actor)
     with pytest.raises(ValueError, match="no Ray actor named 'absent-index' is running"):
         ActorRetriever.by_name("absent-index")
+
+
+def test_a_killed_retrieval_actor_is_restarted_and_searches_asked_again(ray_session):
+    ray = ray_session
+    client = start_retrieval_server(PASSAGES, name="test-retrieval-restarts")
+    want = client.search(["Kema", "Quovex founded"], 2)
+    pid = ray.get(client.actor.__ray_call__.remote(lambda self: os.getpid()))
+    pending = [client.actor.search.remote(["Kema", "Quovex founded"], 2) for _ in range(20)]
+    ray.kill(client.actor, no_restart=False)  # dies like a crashed process: Ray restarts it
+    assert ray.get(pending, timeout=120) == [want] * 20  # searches it was serving are asked again
+    assert client.search(["Kema", "Quovex founded"], 2) == want
+    assert ray.get(client.actor.__ray_call__.remote(lambda self: os.getpid())) != pid
+    ray.kill(client.actor)
+
+
+def test_a_stalled_retrieval_actor_fails_the_search_within_its_deadline(ray_session):
+    ray = ray_session
+    client = ActorRetriever(start_retrieval_server(PASSAGES).actor, timeout_s=2)
+    pid = ray.get(client.actor.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"no answer within 2 s \(SearchConfig.actor_timeout_s\)"):
+            client.search(["Kema"], 2)
+        assert time.monotonic() - start < 10
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        ray.kill(client.actor)
 
 
 class _Misbehaving(BaseHTTPRequestHandler):

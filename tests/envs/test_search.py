@@ -320,6 +320,8 @@ def test_bad_config_is_named(files):
         SearchEnv(reward="bleu")
     with pytest.raises(ValueError, match="num_objectives must be an int >= 1, got 0"):
         SearchEnv(num_objectives=0)
+    with pytest.raises(ValueError, match="actor_timeout_s must be a number > 0, got 0"):
+        SearchEnv(actor_timeout_s=0)
     with pytest.raises(ValueError, match=r"has no option\(s\) \['turns'\]; allowed:"):
         SearchEnv(turns=3)
     with pytest.raises(ValueError, match=r"SearchEnv\(data='file'\) has no option\(s\) \['num_people'\]"):
