@@ -29,8 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.common import elapsed_log, machine, parser, write  # noqa: E402
-
-LOOPBACK = "127.0.0.1"
+from memrl.rendezvous import LOOPBACK  # noqa: E402
 
 
 @dataclass

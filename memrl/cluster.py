@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections import deque
 
 import ray
 from ray.exceptions import GetTimeoutError
@@ -53,6 +55,25 @@ def get(refs, timeout_s: float, what: str, setting: str):
     except GetTimeoutError:
         raise TimeoutError(f"{what} did not finish within {timeout_s:g} s; if it needs longer, raise {setting}") \
             from None
+
+
+class FailureBudget:
+    """How many failures of one kind of actor a run takes within a sliding window: rare failures in a long run are
+    forgiven, a burst ends it."""
+
+    def __init__(self, max_failures: int, window_s: float, kind: str):
+        self.max_failures, self.window_s, self.kind = max_failures, window_s, kind
+        self._times: deque[float] = deque()
+
+    def spend(self, what: str) -> None:
+        """Count one failure (`what` says which); raise RuntimeError when the window holds more than allowed."""
+        now = time.monotonic()
+        self._times.append(now)
+        while self._times and self._times[0] < now - self.window_s:
+            self._times.popleft()
+        if len(self._times) > self.max_failures:
+            raise RuntimeError(f"{what}: {len(self._times)} {self.kind} failures within {self.window_s:g} s, more "
+                               f"than fault_tolerance.max_actor_failures={self.max_failures}; giving up")
 
 
 def planned_resources(num_cpus: int = 0) -> dict[str, float] | None:

@@ -187,8 +187,10 @@ class FaultToleranceConfig:
     fresh env instance before its sampling round fails; its siblings carry on meanwhile. Counted in
     counters.episodes_retried."""
     max_actor_failures: int = 3
-    """Env runner deaths tolerated within failure_window_s: a dead runner is replaced by a new actor and its tasks
-    resubmitted; one failure more stops the run, naming the runner."""
+    """Failures tolerated within failure_window_s, for env runners and for engines each: a runner that dies or stalls
+    is replaced by a new actor and its tasks resubmitted; an engine that dies or stalls is replaced, rejoined to the
+    weight sync with the current weights, and its round run again. One failure more stops the run, naming the
+    actor."""
     failure_window_s: float = 3600.0
     """The window max_actor_failures counts in: older failures are forgiven, so a long run is not ended by rare
     ones."""
@@ -203,6 +205,9 @@ class FaultToleranceConfig:
     """Deadline of one learner call: a train step, a logprob pass, a checkpoint save or load."""
     weight_sync_timeout_s: float = 600.0
     """Deadline of the weight-sync group's set-up and of each broadcast of the weights to the engines."""
+    checkpoint_checksums: bool = True
+    """Record every checkpoint file's sha256 in its manifest and check it before loading (sizes are always checked).
+    Hashing reads the checkpoint once more at save and at restore, about 1 s per GB."""
 
 
 LEARNER_SETTINGS = {

@@ -10,6 +10,7 @@ import time
 
 import ray
 
+from memrl.cluster import get
 from memrl.engines import start_engine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import Trajectory, from_arrow
@@ -24,9 +25,11 @@ def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
     return [Task(seed=s, group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
 
 
-def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int) -> list[Trajectory]:
-    """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` too; trajectories in task order."""
-    table, _ = group.sample(heldout_tasks(seed, num_tasks), seed=heldout_sampling_seed(seed))
+def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int, sample=None) -> list[Trajectory]:
+    """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` too; trajectories in task order.
+    `sample(group, tasks, seed)` runs the round (Algorithm.sample replaces engines that fail); default group.sample."""
+    tasks, sampling_seed = heldout_tasks(seed, num_tasks), heldout_sampling_seed(seed)
+    table, _ = sample(group, tasks, sampling_seed) if sample else group.sample(tasks, seed=sampling_seed)
     return from_arrow(table)
 
 
@@ -44,17 +47,20 @@ def evaluate_checkpoint(
     num_env_runners: int = 2,
     max_calls: int = 4096,
     seed: int = 0,
+    start_timeout_s: float = 900.0,
 ) -> list[tuple[dict[str, float], list[Trajectory]]]:
     """Greedy held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length).
 
     One engine serves every config; each config gets its own runner group. Returns, per config, the
     `eval_summary` (plus "sample_s", the wall time of that config's rollouts) and the trajectories. Needs a
-    running Ray instance.
+    running Ray instance; the engine gets `start_timeout_s` to start.
     """
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results = []
     try:
-        ray.get(actor.max_model_len.remote())  # the engine is up: its start-up stays out of the first sample_s
+        # The engine is up: its start-up stays out of the first sample_s.
+        get(actor.max_model_len.remote(), start_timeout_s, "starting the inference engine",
+            "evaluate_checkpoint(start_timeout_s=...)")
         for env_config in env_configs:
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,

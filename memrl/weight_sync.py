@@ -6,11 +6,14 @@ gloo on CPU, NCCL on GPU; the same three calls on both sides.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from memrl import rendezvous
 
 TensorMeta = tuple[str, tuple[int, ...], str]
 """(HF parameter name, shape, dtype name such as "float32")."""
@@ -18,16 +21,23 @@ TensorMeta = tuple[str, tuple[int, ...], str]
 BACKENDS = ("gloo", "nccl")
 
 
-def init_group(host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 300.0):
-    """Join (rank 0 creates) a standalone process group over a TCPStore at host:port."""
+def init_group(host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 300.0,
+               listener: socket.socket | None = None):
+    """Join (rank 0 creates) a standalone process group over a TCPStore at host:port.
+
+    Rank 0 serves the store on `listener` (memrl.rendezvous.listen) or, without one, on a socket bound to host:port.
+    A group meeting on loopback keeps its connections there too."""
     if backend not in BACKENDS:
         raise ValueError(f"weight sync backend {backend!r} is not supported; allowed: {BACKENDS}")
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, world_size, is_master=(rank == 0), timeout=timeout)
+    rendezvous.use_interface(host)
+    store = rendezvous.open_store(host, port, rank, world_size, timeout_s, listener)
     if backend == "gloo":
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
-        opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+        local = host == rendezvous.LOOPBACK
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host) if local
+                         else dist.ProcessGroupGloo.create_default_device()]
         return dist.ProcessGroupGloo(store, rank, world_size, opts)
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timeout

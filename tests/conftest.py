@@ -25,3 +25,35 @@ def tiny_checkpoint(tmp_path_factory):
     from memrl.models.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model")
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+from pathlib import Path
+from memrl import checkpoints
+
+real_rename, renames = Path.rename, []
+
+def rename(self, target):
+    renames.append(self)
+    if len(renames) == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_rename(self, target)
+
+Path.rename = rename
+checkpoints.commit(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+@pytest.fixture
+def killed_commit():
+    """commit(staged, path) in a process SIGKILLed just before its `at`-th rename, leaving the disk as a crash does."""
+    import signal
+    import subprocess
+    import sys
+
+    def run(staged, path, at: int) -> None:
+        done = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(staged), str(path), str(at)], timeout=120)
+        assert done.returncode == -signal.SIGKILL
+
+    return run

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import ray
 from ray import tune
+from ray.exceptions import RayActorError
 
-from memrl.cluster import get, verbose
+from memrl import checkpoints, rendezvous
+from memrl.cluster import FailureBudget, get, verbose
 from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
@@ -28,11 +30,12 @@ from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.rows import RowBatch, TrainRow, build_rows, shape_rewards
-from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
 
 STATE_FILE = "algorithm_state.json"
+logger = logging.getLogger(__name__)
 
 
 class Algorithm(tune.Trainable):
@@ -56,7 +59,9 @@ class Algorithm(tune.Trainable):
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
-                         "conversations_trained": 0}
+                         "conversations_trained": 0, "engine_restarts": 0}
+        faults = self.cfg.fault_tolerance_cfg
+        self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
         self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
                                           **self.cfg.learner_group_options())
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
@@ -103,7 +108,11 @@ class Algorithm(tune.Trainable):
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)
         backend = "nccl" if self.cfg.learners_cfg.num_gpus_per_learner > 0 else "gloo"
-        host, port = self.learner_group.free_address()
+        learner_ip = self.learner_group.node_ip()
+        engine_ips = get([e.node_ip.remote() for e in self.engines], self.cfg.fault_tolerance_cfg.actor_start_timeout_s,
+                         "engines' node addresses", "fault_tolerance.actor_start_timeout_s")
+        host = rendezvous.group_host(learner_ip, engine_ips)
+        port = self.learner_group.listen_weight_sync(host)  # held by rank 0 until the group forms: no port race
         learner_refs = self.learner_group.init_weight_sync(host, port, world, backend, wait=False)
         engine_refs = [e.init_weight_sync.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)]
         get(learner_refs + engine_refs, self.cfg.fault_tolerance_cfg.weight_sync_timeout_s,
@@ -171,8 +180,8 @@ class Algorithm(tune.Trainable):
         kept: list[Trajectory] = []
         stats: dict[str, float] = {}
         for round_ in range(rounds):
-            table, round_stats = self.env_runner_group.sample(self._training_tasks(iteration, round_),
-                                                              seed=derive_seed(self.seed, iteration, round_))
+            table, round_stats = self.sample(self.env_runner_group, self._training_tasks(iteration, round_),
+                                             seed=derive_seed(self.seed, iteration, round_))
             batch = from_arrow(table)
             trajectories += batch
             for k, v in round_stats.items():
@@ -241,6 +250,10 @@ class Algorithm(tune.Trainable):
     def sync_weights(self) -> dict[str, float]:
         """Broadcast the learner's weights to every engine as the next version."""
         self.weight_version += 1
+        return self._broadcast_weights()
+
+    def _broadcast_weights(self) -> dict[str, float]:
+        """Send the learner's weights to every engine under the current version."""
         bucket = self.cfg.learners_cfg.weight_sync_bucket_bytes
         learner_refs = self.learner_group.broadcast_weights(self.weight_version, bucket, wait=False)
         engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
@@ -249,6 +262,48 @@ class Algorithm(tune.Trainable):
         sent = get(learner_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")[0]
         get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")
         return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
+
+    # -- engine failures -----------------------------------------------------------------
+    def sample(self, group: EnvRunnerGroup, tasks: list[Task], seed: int) -> tuple[Any, dict[str, float]]:
+        """`group.sample(tasks, seed)`. A round an engine fails by dying or stalling is run again, whole, once the
+        engine is replaced and holds the current weights: the same tasks and seed give the same trajectories."""
+        while True:
+            try:
+                return group.sample(tasks, seed=seed)
+            except EngineFailed as failure:
+                self._replace_broken_engines(failure)
+
+    def _replace_broken_engines(self, failure: EngineFailed) -> None:
+        """Start new engines in place of those that are dead or do not answer within engine_call_timeout_s, rejoin
+        every engine to the weight-sync group and send the current weights. Raise `failure` when every engine is
+        fine (the call itself failed: a new engine would fail it too) or the engine failure budget is spent."""
+        faults = self.cfg.fault_tolerance_cfg
+        pings = [e.__ray_ready__.remote() for e in self.engines]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=faults.engine_call_timeout_s)
+        broken = []
+        for i, ping in enumerate(pings):
+            try:
+                if ping not in ready:
+                    raise TimeoutError
+                ray.get(ping)
+            except (TimeoutError, RayActorError):
+                broken.append(i)
+        if not broken:
+            raise failure
+        for i in broken:
+            self._engine_budget.spend(f"inference engine {i} failed ({failure})")
+            logger.warning("inference engine %d died or stalled (%s); starting a new one and rerunning the round",
+                           i, failure)
+            ray.kill(self.engines[i], no_restart=True)
+            self.engines[i] = self._make_engine(i)
+        _wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
+                    faults.actor_start_timeout_s)
+        self.counters["engine_restarts"] += len(broken)
+        self._init_weight_sync()
+        self._broadcast_weights()
+        for group in (self.env_runner_group, self._eval_group):
+            if group is not None:
+                group.set_engines(self.engines)
 
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, num_tasks: int | None = None, env_config: dict | None = None) -> dict[str, float]:
@@ -266,7 +321,7 @@ class Algorithm(tune.Trainable):
             spec = self._runner_spec(overrides, ev.evaluation_temperature, ev.evaluation_num_envs_per_env_runner)
             self._eval_group = self._runner_group(spec)
             self._eval_overrides = overrides
-        trajectories = sample_heldout(self._eval_group, n, self.seed)
+        trajectories = sample_heldout(self._eval_group, n, self.seed, self.sample)
         # The engines' generation time is what training iterations report; evaluation's is not theirs.
         self._engine_seconds()
         return trajectories
@@ -278,17 +333,22 @@ class Algorithm(tune.Trainable):
                    "fault_tolerance.engine_call_timeout_s")
 
     # -- checkpoints ---------------------------------------------------------------------
+    def learner_groups(self) -> dict[str, LearnerGroup]:
+        """The learner groups a checkpoint keeps, by the subdirectory each is saved in."""
+        return {"learner": self.learner_group}
+
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        self.learner_group.save_checkpoint(str(Path(checkpoint_dir) / "learner"))
+        for name, group in self.learner_groups().items():
+            group.save_checkpoint(str(Path(checkpoint_dir) / name))
         state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
         (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
+        checkpoints.seal(checkpoint_dir, checksums=self.cfg.fault_tolerance_cfg.checkpoint_checksums)
 
     def load_checkpoint(self, checkpoint_dir: str) -> None:
-        state_file = Path(checkpoint_dir) / STATE_FILE
-        if not state_file.is_file():
-            raise FileNotFoundError(f"{checkpoint_dir} is not a memrl checkpoint (no {STATE_FILE})")
-        state = json.loads(state_file.read_text())
-        self.learner_group.load_checkpoint(str(Path(checkpoint_dir) / "learner"))
+        checkpoints.verify(checkpoint_dir)  # before any file is unpickled
+        state = json.loads((Path(checkpoint_dir) / STATE_FILE).read_text())
+        for name, group in self.learner_groups().items():
+            group.load_checkpoint(str(Path(checkpoint_dir) / name))
         self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
         self.restore_state(state)
 
@@ -300,28 +360,22 @@ class Algorithm(tune.Trainable):
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """Take back `checkpoint_state`'s figures once the learners are restored."""
-        self.counters = state["counters"]
+        self.counters.update(state["counters"])
         self.env_runner_group.counters.update(state.get("runner_counters", {}))
         self.weight_version = state["weight_version"] - 1
         self.sync_weights()  # engines get the restored weights under the saved version
 
     def save_to_path(self, path: str | os.PathLike) -> str:
-        """Write a checkpoint to `path` atomically (a crash never leaves a half-written checkpoint there)."""
+        """Write a checkpoint to `path` durably: a crash at any moment leaves a complete checkpoint (the new one or the
+        one it replaces) that restore_from_path finds."""
         path = Path(path).absolute()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        checkpoints.check_target(path, STATE_FILE)
+        staged = checkpoints.staging_dir(path)
         try:
-            self.save_checkpoint(str(tmp))
-            if path.exists():
-                old = path.with_name(f".{path.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                path.rename(old)
-                tmp.rename(path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(path)
+            self.save_checkpoint(str(staged))
+            checkpoints.commit(staged, path)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(staged, ignore_errors=True)
             raise
         return str(path)
 
@@ -332,8 +386,13 @@ class Algorithm(tune.Trainable):
         return str(path)
 
     def restore_from_path(self, path: str | os.PathLike) -> None:
-        """Load a `save_to_path` checkpoint into this (already built) algorithm; training continues from it."""
-        self.load_checkpoint(str(path))
+        """Load a `save_to_path` checkpoint into this (already built) algorithm; training continues from it. A save
+        killed while replacing the checkpoint at `path` left the previous one aside, and that one is loaded."""
+        found = checkpoints.resolve(path)
+        if found != Path(path).absolute():
+            logger.warning("%s is incomplete (a save was interrupted); restoring the previous checkpoint %s", path,
+                           found)
+        self.load_checkpoint(str(found))
 
     def cleanup(self) -> None:
         for group in (self.env_runner_group, self._eval_group):
@@ -341,7 +400,8 @@ class Algorithm(tune.Trainable):
                 group.shutdown()
         for engine in self.engines:
             ray.kill(engine)
-        self.learner_group.shutdown()
+        for group in self.learner_groups().values():
+            group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
 

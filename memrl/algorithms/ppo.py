@@ -10,7 +10,6 @@ the policy checkpoint's backbone with a scalar head, trained on the GAE returns 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,17 +107,8 @@ class PPO(Algorithm):
             metrics.update(super()._train_minibatches(rows, trajectories))
         return metrics
 
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
-        super().save_checkpoint(checkpoint_dir)
-        self.critic_group.save_checkpoint(str(Path(checkpoint_dir) / "critic"))
-
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
-        self.critic_group.load_checkpoint(str(Path(checkpoint_dir) / "critic"))
-        super().load_checkpoint(checkpoint_dir)
-
-    def cleanup(self) -> None:
-        super().cleanup()
-        self.critic_group.shutdown()
+    def learner_groups(self) -> dict[str, LearnerGroup]:
+        return {**super().learner_groups(), "critic": self.critic_group}
 
 
 def token_advantages(rows: list[TrainRow], rewards: np.ndarray, gamma: float, lam: float) -> None:

@@ -92,6 +92,12 @@ class InferenceEngine(ABC):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Replace weights in place from (HF parameter name, tensor) pairs and set the version."""
 
+    def node_ip(self) -> str:
+        """This engine's node address (the weight-sync group meets on loopback when it is the learner's)."""
+        from memrl.rendezvous import node_ip
+
+        return node_ip()
+
     @abstractmethod
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the weight-sync process group whose rank 0 is the learner."""

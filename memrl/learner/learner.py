@@ -22,6 +22,7 @@ import torch.distributed as dist  # noqa: E402
 from deepspeed.accelerator import get_accelerator  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification  # noqa: E402
 
+from memrl import rendezvous  # noqa: E402
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
 from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_buckets  # noqa: E402
@@ -141,28 +142,45 @@ def deepspeed_config(config: LearnerConfig, train: bool) -> dict:
 class Learner:
     """One rank of the data-parallel learner group (the group runs it as a Ray actor)."""
 
-    def __init__(self, config: LearnerConfig, rank: int, world_size: int, master_addr: str, master_port: int):
+    def __init__(self, config: LearnerConfig, rank: int, world_size: int):
+        """Cheap: the group first asks rank 0 to `listen`, then every rank to `start` at the address it got."""
         if not 0 <= rank < world_size:
             raise ValueError(f"learner rank {rank} is outside world size {world_size}")
         self.config = config
         self.rank = rank
         self.world_size = world_size
-        # Ray gives each learner its own GPU (or none), so the local device is always index 0.
-        os.environ.update(
-            MASTER_ADDR=master_addr,
-            MASTER_PORT=str(master_port),
-            RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            LOCAL_RANK="0",
-        )
+        self._listener = None
+        self._sync_pg = None
+
+    def node_ip(self) -> str:
+        return rendezvous.node_ip()
+
+    def listen(self, host: str) -> int:
+        """Rank 0: hold a listening socket on host for the next group this learner masters; returns its port."""
+        self._listener = rendezvous.listen(host)
+        return self._listener.getsockname()[1]
+
+    def _take_listener(self):
+        listener, self._listener = self._listener, None
+        return listener
+
+    def start(self, master_addr: str, master_port: int) -> None:
+        """Join the DeepSpeed world at master_addr:master_port (rank 0 serves it) and build the model and optimizer."""
+        config = self.config
+        # Ray gives each learner its own GPU (or none), so the local device is always index 0. DeepSpeed's CPU
+        # communication op names its shared memory after MASTER_ADDR and MASTER_PORT.
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
         get_accelerator().set_device(0)
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        deepspeed.init_distributed(
-            dist_backend=backend, timeout=timedelta(seconds=config.dist_timeout_s), verbose=False
-        )
+        rendezvous.use_interface(master_addr)
+        store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, config.dist_timeout_s,
+                                      self._take_listener())
+        timeout = timedelta(seconds=config.dist_timeout_s)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
+        deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)  # takes torch's group
         self.device = torch.device(get_accelerator().current_device_name())
         torch.manual_seed(config.seed)
-        self._sync_pg = None
 
         train_ds = deepspeed_config(config, train=True)
         model = self._load_model()
@@ -349,7 +367,7 @@ class Learner:
     def init_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
         """Rank 0 joins the weight-sync group as its rank 0 (engines are 1..world_size-1); other ranks do nothing."""
         if self.rank == 0:
-            self._sync_pg = init_group(host, port, 0, world_size, backend)
+            self._sync_pg = init_group(host, port, 0, world_size, backend, listener=self._take_listener())
 
     def broadcast_weights(self, version: int, bucket_bytes: int) -> dict[str, float]:
         """Gather parameters bucket by bucket and broadcast them from rank 0; every rank must call this.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from memrl import rendezvous
 from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
 from memrl.learner.learner import Learner, LearnerConfig, check_train_rows
@@ -48,14 +48,6 @@ def _cpu_comm_op_built() -> bool:
     return (Path(_get_build_directory("deepspeed_shm_comm", False)) / "deepspeed_shm_comm.so").is_file()
 
 
-@ray.remote(num_cpus=0)
-def _free_address() -> tuple[str, int]:
-    # Runs where rank 0 will run, so the rendezvous port is free on that node.
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return ray.util.get_node_ip_address(), s.getsockname()[1]
-
-
 class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
@@ -86,27 +78,30 @@ class LearnerGroup:
         except TimeoutError:
             self.shutdown()
             raise
-        host, port = self.free_address()
         actor_cls = ray.remote(Learner)
         self.learners = [
             actor_cls.options(
                 num_cpus=1,
                 num_gpus=num_gpus_per_learner,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
-            ).remote(config, rank, num_learners, host, port)
+            ).remote(config, rank, num_learners)
             for rank in range(num_learners)
         ]
-        # Surface a failed start here rather than at the first call.
-        get([a.__ray_ready__.remote() for a in self.learners], start_timeout_s, f"starting {num_learners} learners",
-            "fault_tolerance.actor_start_timeout_s")
+        what = "fault_tolerance.actor_start_timeout_s"
+        ips = get([a.node_ip.remote() for a in self.learners], start_timeout_s, f"starting {num_learners} learners",
+                  what)
+        host = rendezvous.group_host(ips[0], ips)
+        port = get(self.learners[0].listen.remote(host), start_timeout_s, "learner rank 0's rendezvous socket", what)
+        get([a.start.remote(host, port) for a in self.learners], start_timeout_s,
+            f"{num_learners} learners joining their DeepSpeed group at {host}:{port} and loading the model", what)
 
-    def free_address(self) -> tuple[str, int]:
-        """(IP, free port) on rank 0's node: where a group with rank 0 as its master can listen."""
-        return get(
-            _free_address.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=0)
-            ).remote(), self.start_timeout_s, "finding a free port on learner rank 0's node",
-            "fault_tolerance.actor_start_timeout_s")
+    def node_ip(self) -> str:
+        """Learner rank 0's node address: the weight-sync group's master runs there."""
+        return self.wait(self.learners[0].node_ip.remote(), "node_ip")
+
+    def listen_weight_sync(self, host: str) -> int:
+        """Rank 0 binds a socket on host for the weight-sync group and holds it until init_weight_sync; its port."""
+        return self.wait(self.learners[0].listen.remote(host), "listen")
 
     def _call(self, method: str, *args: Any, per_rank_args: list[tuple] | None = None, wait: bool = True):
         """Run a method on every learner at once (collectives need all ranks); results in rank order."""
@@ -182,7 +177,8 @@ class LearnerGroup:
         return self._call("gather_state_dict_for_sync")[0]
 
     def init_weight_sync(self, host: str, port: int, world_size: int, backend: str, wait: bool = True):
-        """Learner rank 0 joins the weight-sync group as rank 0.
+        """Learner rank 0 joins the weight-sync group as rank 0, serving it on the socket of listen_weight_sync when
+        that was called, else on one it binds to host:port.
 
         Joining blocks until every engine has joined too: pass wait=False to get Ray refs, start the engines'
         joins, then ray.get the refs.

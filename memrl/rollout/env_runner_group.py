@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 
 import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from memrl.cluster import get
+from memrl.cluster import FailureBudget, get
 from memrl.episode import concat
 from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed
 from memrl.rollout.loop import Task
@@ -39,18 +38,16 @@ class EnvRunnerGroup:
         if not engines:
             raise ValueError("EnvRunnerGroup needs at least one engine actor")
         self.spec = spec
-        self.max_failures = max_failures
-        self.failure_window_s = failure_window_s
         self.sample_timeout_s = sample_timeout_s
         self.start_timeout_s = start_timeout_s
         # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
         self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(EnvRunner)
-        self.engines = [engines[i % len(engines)] for i in range(num_runners)]
-        self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
         self.runners = [self._actor_cls.remote(spec, i) for i in range(num_runners)]
+        self.set_engines(engines)
+        self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
                          "episodes_retried": 0, "failed_rounds": 0}
-        self._failures: deque[float] = deque()
+        self._budget = FailureBudget(max_failures, failure_window_s, "env runner")
         get([r.ping.remote() for r in self.runners], start_timeout_s, f"starting {num_runners} env runners",
             "fault_tolerance.actor_start_timeout_s")
 
@@ -114,21 +111,21 @@ class EnvRunnerGroup:
 
     def _replace(self, i: int, what: str, pending: dict) -> None:
         """Count runner i's failure against the budget (or end the round), then start a new runner i."""
-        now = time.monotonic()
-        self._failures.append(now)
-        while self._failures and self._failures[0] < now - self.failure_window_s:
-            self._failures.popleft()
         self.counters["runner_failures"] += 1
-        if len(self._failures) > self.max_failures:
+        try:
+            self._budget.spend(what)
+        except RuntimeError:
             self._fail_round(pending)
-            raise RuntimeError(f"{what}: {len(self._failures)} env runner failures within "
-                               f"{self.failure_window_s:g} s, more than fault_tolerance.max_actor_failures="
-                               f"{self.max_failures}; giving up")
+            raise
         logger.warning("%s; starting a new env runner %d and resubmitting its tasks", what, i)
         ray.kill(self.runners[i], no_restart=True)
         self.runners[i] = self._actor_cls.remote(self.spec, i)
         get(self.runners[i].ping.remote(), self.start_timeout_s, f"restarting env runner {i}",
             "fault_tolerance.actor_start_timeout_s")
+
+    def set_engines(self, engines: list) -> None:
+        """Sample from these engine actors from now on (after an engine was replaced)."""
+        self.engines = [engines[i % len(engines)] for i in range(len(self.runners))]
 
     def _fail_round(self, pending: dict) -> None:
         """Cancel the other runners' work of a round that cannot finish, and wait (briefly) until it stopped, so

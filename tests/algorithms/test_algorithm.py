@@ -1,11 +1,13 @@
 """End-to-end iterations of DAPO on the Echo toy env: real engines, 2 DeepSpeed ZeRO-3 learners, gloo sync."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import ray
 
+from memrl import checkpoints
 from memrl.algorithms import DAPOConfig
 
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def _figures(result: dict) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("engine", ["torch", "vllm"])
-def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_path, engine):
+def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_path, engine, killed_commit):
     # Uninterrupted: three iterations.
     algo = _config(tiny_checkpoint, engine).build()
     algo.evaluate()  # held-out generation before training counts into no iteration's timers, nor changes its figures
@@ -76,6 +78,11 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     algo = _config(tiny_checkpoint, engine).build()
     resumed = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")
+    # A second save is killed between its renames: nothing is left at the path, the first checkpoint sits aside.
+    staged = checkpoints.staging_dir(Path(path))
+    algo.save_checkpoint(str(staged))
+    killed_commit(staged, path, at=2)
+    assert not Path(path).exists()
     for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
         ray.kill(actor)
     algo.learner_group.shutdown()  # frees its placement group, as Ray does when a killed job's driver dies
@@ -145,4 +152,44 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     assert learners["optimizer_steps"] == 2
     assert learners["rows"] == result["counters"]["conversations_trained"] == 24
     assert learners["tokens"] == result["env_runners"]["new_tokens"]
+    algo.stop()
+
+
+def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_had_not(ray_session, tiny_checkpoint):
+    import os
+    import signal
+    import threading
+    import time
+
+    config = (_config(tiny_checkpoint, "torch")
+              .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
+              .fault_tolerance(engine_call_timeout_s=5))
+    algo = config.build()
+    straight = [algo.train() for _ in range(3)]
+    algo.stop()
+
+    algo = config.build()
+
+    def during_next_iteration(fault) -> dict:
+        out = {}
+        thread = threading.Thread(target=lambda: out.update(result=algo.train()))
+        thread.start()
+        time.sleep(0.5)  # the runners are inside their first trajectories' steps
+        fault()
+        thread.join(timeout=300)
+        return out["result"]
+
+    faulty = [during_next_iteration(lambda: ray.kill(algo.engines[0], no_restart=True))]
+    pid = ray.get(algo.engines[0].__ray_call__.remote(lambda self: os.getpid()))
+    start = time.monotonic()
+    faulty.append(during_next_iteration(lambda: os.kill(pid, signal.SIGSTOP)))
+    assert time.monotonic() - start < 60  # the stalled engine is given up after the 5 s call deadline, twice at most
+    faulty.append(algo.train())
+    assert [r["counters"]["engine_restarts"] for r in faulty] == [1, 2, 2]
+    assert faulty[0]["counters"]["failed_rounds"] == 1 and faulty[1]["counters"]["failed_rounds"] == 2
+    for got, want in zip(faulty, straight):
+        assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
+        g, w = _figures(got), _figures(want)
+        for k in g:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     algo.stop()

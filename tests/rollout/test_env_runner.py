@@ -322,7 +322,7 @@ def test_runner_failures_beyond_the_budget_stop_the_run(engine, tiny_checkpoint)
             assert "out" in result and group.counters["runner_failures"] == 1
         else:
             assert expected in str(result["error"])
-    group.failure_window_s = 0.0  # forgiven: old failures leave the window
+    group._budget.window_s = 0.0  # forgiven: old failures leave the window
     group._replace(0, "test", {})
     assert len(from_arrow(group.sample(_tasks(2))[0])) == 2
     group.shutdown()
