@@ -205,6 +205,15 @@ class FaultToleranceConfig:
     """Deadline of one learner call: a train step, a logprob pass, a checkpoint save or load."""
     weight_sync_timeout_s: float = 600.0
     """Deadline of the weight-sync group's set-up and of each broadcast of the weights to the engines."""
+    checkpoint_frequency: int = 0
+    """Every this many iterations train() saves a checkpoint to checkpoint_dir (0: never). With one saved, a learner
+    that dies or stalls is recovered: the learner groups start anew from the newest checkpoint and the iterations
+    since are run again, with the figures they had. Without one, such a failure stops the run, naming the learner."""
+    checkpoint_dir: str | None = None
+    """Where the periodic checkpoints go (iteration_000010, ...): one directory per run, needed with
+    checkpoint_frequency."""
+    keep_checkpoints: int = 2
+    """Periodic checkpoints kept; older ones are removed once a newer one is complete."""
     checkpoint_checksums: bool = True
     """Record every checkpoint file's sha256 in its manifest and check it before loading (sizes are always checked).
     Hashing reads the checkpoint once more at save and at restore, about 1 s per GB."""
@@ -343,6 +352,13 @@ class AlgorithmConfig(_Config):
                      "learner_timeout_s", "weight_sync_timeout_s"):
             if not getattr(faults, name) > 0:
                 raise ValueError(f"fault_tolerance.{name}={getattr(faults, name)!r} is not allowed; it must be > 0")
+        positive["fault_tolerance.keep_checkpoints"] = faults.keep_checkpoints
+        if faults.checkpoint_frequency < 0:
+            raise ValueError(f"fault_tolerance.checkpoint_frequency={faults.checkpoint_frequency!r} is not allowed; "
+                             "it must be >= 0 (0: no periodic checkpoints)")
+        if faults.checkpoint_frequency and not faults.checkpoint_dir:
+            raise ValueError(f"fault_tolerance.checkpoint_frequency={faults.checkpoint_frequency} needs "
+                             "fault_tolerance.checkpoint_dir, the directory the periodic checkpoints go to")
         if faults.episode_retries < 0:
             raise ValueError(f"fault_tolerance.episode_retries={faults.episode_retries!r} is not allowed; it must be "
                              ">= 0")

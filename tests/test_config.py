@@ -59,6 +59,10 @@ def test_unknown_field_is_named():
          "evaluation.evaluation_num_envs_per_env_runner=0 is not allowed"),
         (lambda c: c.env_runners(temperature=-1.0), "temperature"),
         (lambda c: c.training(aggregation="mean"), "aggregation"),
+        (lambda c: c.fault_tolerance(checkpoint_frequency=5),
+         "fault_tolerance.checkpoint_frequency=5 needs fault_tolerance.checkpoint_dir"),
+        (lambda c: c.fault_tolerance(checkpoint_frequency=-1), "fault_tolerance.checkpoint_frequency=-1 is not"),
+        (lambda c: c.fault_tolerance(keep_checkpoints=0), "fault_tolerance.keep_checkpoints=0 is not allowed"),
     ],
 )
 def test_validation_names_field_and_allowed_values(tmp_path, change, message):

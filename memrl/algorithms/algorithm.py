@@ -28,18 +28,23 @@ from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
-from memrl.learner.learner_group import LearnerGroup
+from memrl.learner.learner_group import LearnerFailed, LearnerGroup
 from memrl.learner.rows import RowBatch, TrainRow, build_rows, shape_rewards
 from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
 
 STATE_FILE = "algorithm_state.json"
+FAILURE_COUNTERS = ("engine_restarts", "learner_restarts", "runner_failures", "resubmitted", "failed_rounds")
+"""Counters of failures, which a recovery from a periodic checkpoint keeps instead of taking the checkpoint's."""
 logger = logging.getLogger(__name__)
 
 
 class Algorithm(tune.Trainable):
     """Base class: builds the actors from an AlgorithmConfig dict; subclasses choose the advantages."""
+
+    _periodic: tuple[Path, ...] = ()
+    """This run's periodic checkpoints, newest first (fault_tolerance.checkpoint_frequency)."""
 
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
@@ -55,15 +60,15 @@ class Algorithm(tune.Trainable):
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
-        run, train, dbg = self.cfg.env_runners_cfg, self.cfg.training_cfg, self.cfg.debugging_cfg
+        run, dbg = self.cfg.env_runners_cfg, self.cfg.debugging_cfg
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
-                         "conversations_trained": 0, "engine_restarts": 0}
+                         "conversations_trained": 0, "engine_restarts": 0, "learner_restarts": 0}
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
-        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
-                                          **self.cfg.learner_group_options())
+        self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
+        self.start_learners()
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
         _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
                     self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
@@ -121,7 +126,60 @@ class Algorithm(tune.Trainable):
         self._weight_metas = self.learner_group.weight_metas()
 
     # -- one iteration -------------------------------------------------------------------
+    def start_learners(self) -> None:
+        """Start the learner groups (at setup, and anew after a learner failed)."""
+        train = self.cfg.training_cfg
+        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
+                                          **self.cfg.learner_group_options())
+
+    def train(self) -> dict[str, Any]:
+        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due."""
+        result = super().train()
+        faults = self.cfg.fault_tolerance_cfg
+        if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
+            path = Path(self.save_to_path(Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"))
+            saved = (path, *(p for p in self._periodic if p != path))
+            for old in saved[faults.keep_checkpoints:]:
+                shutil.rmtree(old)
+            self._periodic = saved[: faults.keep_checkpoints]
+        return result
+
     def step(self) -> dict[str, Any]:
+        """One iteration; a learner that dies or stalls is recovered from the newest periodic checkpoint first."""
+        while True:
+            try:
+                return self._step()
+            except LearnerFailed as failure:
+                self._recover_learners(failure)
+
+    def _recover_learners(self, failure: LearnerFailed) -> None:
+        """Start the learner groups anew from the newest periodic checkpoint and run the iterations since it again
+        (the same tasks and seeds: the same figures), up to the one that failed."""
+        target = self.iteration
+        found = self._periodic  # this run's own: a directory may hold another run's too
+        if not found:
+            raise LearnerFailed(f"{failure}; no periodic checkpoint to recover from (set fault_tolerance."
+                                f"checkpoint_frequency and checkpoint_dir)") from None
+        self._learner_budget.spend(str(failure))
+        logger.warning("%s; starting the learners anew from %s and running the iterations since again", failure,
+                       found[0])
+        for group in self.learner_groups().values():
+            group.shutdown()
+        self.start_learners()
+        self._init_weight_sync()
+        # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
+        # happened in between stay counted.
+        live = [self.counters, self.env_runner_group.counters]
+        kept = [{k: v for k, v in c.items() if k in FAILURE_COUNTERS} for c in live]
+        self.load_checkpoint(str(found[0]))
+        for counters, failures in zip(live, kept):
+            counters.update(failures)
+        self.counters["learner_restarts"] += 1
+        while self.iteration < target:
+            self._step(replay=True)
+            self._iteration += 1  # what Tune's train() does after each step
+
+    def _step(self, replay: bool = False) -> dict[str, Any]:
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)
@@ -164,7 +222,7 @@ class Algorithm(tune.Trainable):
         interval = self.cfg.evaluation_cfg.evaluation_interval
         if interval and (iteration + 1) % interval == 0:
             result["evaluation"] = self.evaluate()
-        if self._wandb is not None:
+        if self._wandb is not None and not replay:
             self._wandb.log(_flatten(result), step=iteration + 1)
         return result
 
@@ -259,7 +317,7 @@ class Algorithm(tune.Trainable):
         engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
         limit = self.cfg.fault_tolerance_cfg.weight_sync_timeout_s
         what = f"broadcasting weight version {self.weight_version} to {len(self.engines)} engines"
-        sent = get(learner_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")[0]
+        sent = self.learner_group.wait(learner_refs, what)[0]
         get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")
         return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
 

@@ -10,7 +10,6 @@ the policy checkpoint's backbone with a scalar head, trained on the GAE returns 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -75,8 +74,8 @@ class PPO(Algorithm):
     def get_default_config(cls) -> PPOConfig:
         return PPOConfig()
 
-    def setup(self, config: dict[str, Any]) -> None:
-        super().setup(config)
+    def start_learners(self) -> None:
+        super().start_learners()
         learn, train = self.cfg.learners_cfg, self.cfg.training_cfg
         self.critic_group = LearnerGroup(
             self.cfg.learner_config(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,

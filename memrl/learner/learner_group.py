@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -46,6 +48,10 @@ def _cpu_comm_op_built() -> bool:
     from torch.utils.cpp_extension import _get_build_directory
 
     return (Path(_get_build_directory("deepspeed_shm_comm", False)) / "deepspeed_shm_comm.so").is_file()
+
+
+class LearnerFailed(RuntimeError):
+    """A learner died or did not answer within its deadline: the group's collectives cannot go on without it."""
 
 
 class LearnerGroup:
@@ -111,9 +117,25 @@ class LearnerGroup:
         ]
         return self.wait(refs, method) if wait else refs
 
-    def wait(self, refs: list, step: str):
-        """The learners' results of `refs` (a call named `step`), within the call deadline."""
-        return get(refs, self.call_timeout_s, f"learners' {step}", "fault_tolerance.learner_timeout_s")
+    def wait(self, refs, step: str):
+        """The learners' results of `refs` (one ref or a list, a call named `step`) within the call deadline. A
+        learner that dies or stalls raises LearnerFailed at once (its peers would wait in a collective); an error
+        a learner raised comes through as raised."""
+        ranks = {ref: rank for rank, ref in enumerate(refs if isinstance(refs, list) else [refs])}
+        pending, deadline = list(ranks), time.monotonic() + self.call_timeout_s
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                raise LearnerFailed(f"learner {ranks[pending[0]]} did not finish {step} within "
+                                    f"{self.call_timeout_s:g} s (stalled?); if it needs longer, raise "
+                                    f"fault_tolerance.learner_timeout_s")
+            try:
+                ray.get(done[0])
+            except RayTaskError:
+                raise  # the learner is alive and raised: not a failure of the actor
+            except RayActorError as exc:
+                raise LearnerFailed(f"learner {ranks[done[0]]} died during {step} ({type(exc).__name__})") from None
+        return ray.get(refs)
 
     def compute_logprobs(
         self, rows: Sequence[Row], reference: bool = False

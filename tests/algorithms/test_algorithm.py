@@ -193,3 +193,51 @@ def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_
         for k in g:
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     algo.stop()
+
+
+def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ray_session, tiny_checkpoint, tmp_path):
+    import threading
+    import time
+
+    from memrl.learner.learner_group import LearnerFailed
+
+    def config():
+        return (_config(tiny_checkpoint, "torch")
+                .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3}))
+
+    algo = config().build()
+    straight = [algo.train() for _ in range(4)]
+    algo.stop()
+
+    (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
+    algo = config().fault_tolerance(checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"),
+                                    keep_checkpoints=1).build()
+    results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=algo.train()))
+    thread.start()
+    time.sleep(0.5)  # sampling: the learners are idle, the next learner call finds one dead
+    ray.kill(algo.learner_group.learners[1], no_restart=True)
+    thread.join(timeout=600)
+    results.append(out["result"])  # iteration 3 run again from the checkpoint of 2, then iteration 4
+    assert results[3]["training_iteration"] == 4 and results[3]["counters"]["learner_restarts"] == 1
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000004"]
+    for got, want in zip(results, straight):
+        assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
+        assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]
+        g, w = _figures(got), _figures(want)
+        for k in g:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    algo.stop()
+
+    # Without periodic checkpoints the run stops at once, naming the learner and what to set.
+    algo = config().build()
+    algo.train()
+    ray.kill(algo.learner_group.learners[0], no_restart=True)
+    start = time.monotonic()
+    with pytest.raises(LearnerFailed, match=r"learner 0 died during .*no periodic checkpoint to recover from \(set "
+                                            r"fault_tolerance.checkpoint_frequency and checkpoint_dir\)"):
+        algo.train()
+    assert time.monotonic() - start < 60
+    algo.stop()
