@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import ray
 from ray import tune
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import checkpoints, rendezvous
 from memrl.cluster import FailureBudget, get, verbose
@@ -166,6 +166,12 @@ class Algorithm(tune.Trainable):
         for group in self.learner_groups().values():
             group.shutdown()
         self.start_learners()
+        broken = self._broken_engines()
+        if broken:
+            self._start_engines(broken, failure)
+            for group in (self.env_runner_group, self._eval_group):
+                if group is not None:
+                    group.set_engines(self.engines)
         self._init_weight_sync()
         # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
         # happened in between stay counted.
@@ -317,8 +323,15 @@ class Algorithm(tune.Trainable):
         engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
         limit = self.cfg.fault_tolerance_cfg.weight_sync_timeout_s
         what = f"broadcasting weight version {self.weight_version} to {len(self.engines)} engines"
-        sent = self.learner_group.wait(learner_refs, what)[0]
-        get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")
+        try:
+            sent = self.learner_group.wait(learner_refs, what, limit, "fault_tolerance.weight_sync_timeout_s")[0]
+            get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")
+        except (RayTaskError, RayActorError, TimeoutError) as exc:
+            if not self._broken_engines():
+                raise
+            # Learner rank 0 stopped sending while the other ranks gather the next bucket: the learners' own
+            # collectives are broken too, so this is recovered as a learner failure (engines replaced on the way).
+            raise LearnerFailed(f"an inference engine died or stalled while {what}: {exc}") from None
         return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
 
     # -- engine failures -----------------------------------------------------------------
@@ -331,13 +344,10 @@ class Algorithm(tune.Trainable):
             except EngineFailed as failure:
                 self._replace_broken_engines(failure)
 
-    def _replace_broken_engines(self, failure: EngineFailed) -> None:
-        """Start new engines in place of those that are dead or do not answer within engine_call_timeout_s, rejoin
-        every engine to the weight-sync group and send the current weights. Raise `failure` when every engine is
-        fine (the call itself failed: a new engine would fail it too) or the engine failure budget is spent."""
-        faults = self.cfg.fault_tolerance_cfg
+    def _broken_engines(self) -> list[int]:
+        """Indices of the engines that are dead or do not answer a ping within engine_call_timeout_s."""
         pings = [e.__ray_ready__.remote() for e in self.engines]
-        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=faults.engine_call_timeout_s)
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=self.cfg.fault_tolerance_cfg.engine_call_timeout_s)
         broken = []
         for i, ping in enumerate(pings):
             try:
@@ -346,23 +356,32 @@ class Algorithm(tune.Trainable):
                 ray.get(ping)
             except (TimeoutError, RayActorError):
                 broken.append(i)
+        return broken
+
+    def _replace_broken_engines(self, failure: Exception) -> None:
+        """Start new engines in place of the broken ones, rejoin every engine to the weight-sync group and send the
+        current weights. Raise `failure` when every engine is fine (the call itself failed: a new engine would fail
+        it too) or the engine failure budget is spent."""
+        broken = self._broken_engines()
         if not broken:
             raise failure
-        for i in broken:
-            self._engine_budget.spend(f"inference engine {i} failed ({failure})")
-            logger.warning("inference engine %d died or stalled (%s); starting a new one and rerunning the round",
-                           i, failure)
-            ray.kill(self.engines[i], no_restart=True)
-            self.engines[i] = self._make_engine(i)
-        _wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
-                    faults.actor_start_timeout_s)
-        self.counters["engine_restarts"] += len(broken)
+        self._start_engines(broken, failure)
         self._init_weight_sync()
         self._broadcast_weights()
         for group in (self.env_runner_group, self._eval_group):
             if group is not None:
                 group.set_engines(self.engines)
 
+    def _start_engines(self, broken: list[int], failure: Exception) -> None:
+        """Kill engines `broken` and start new ones in their places, counted against the engine failure budget."""
+        for i in broken:
+            self._engine_budget.spend(f"inference engine {i} failed ({failure})")
+            logger.warning("inference engine %d died or stalled (%s); starting a new one", i, failure)
+            ray.kill(self.engines[i], no_restart=True)
+            self.engines[i] = self._make_engine(i)
+        self.counters["engine_restarts"] += len(broken)
+        _wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
+                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, num_tasks: int | None = None, env_config: dict | None = None) -> dict[str, float]:
         """Greedy (by default) rollouts on held-out tasks; mean reward and its 95% interval, plus env figures."""

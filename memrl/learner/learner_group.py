@@ -117,18 +117,19 @@ class LearnerGroup:
         ]
         return self.wait(refs, method) if wait else refs
 
-    def wait(self, refs, step: str):
-        """The learners' results of `refs` (one ref or a list, a call named `step`) within the call deadline. A
-        learner that dies or stalls raises LearnerFailed at once (its peers would wait in a collective); an error
-        a learner raised comes through as raised."""
+    def wait(self, refs, step: str, timeout_s: float | None = None,
+             setting: str = "fault_tolerance.learner_timeout_s"):
+        """The learners' results of `refs` (one ref or a list, a call named `step`) within `timeout_s` (default: the
+        call deadline, set by `setting`). A learner that dies or stalls raises LearnerFailed at once (its peers would
+        wait in a collective); an error a learner raised comes through as raised."""
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         ranks = {ref: rank for rank, ref in enumerate(refs if isinstance(refs, list) else [refs])}
-        pending, deadline = list(ranks), time.monotonic() + self.call_timeout_s
+        pending, deadline = list(ranks), time.monotonic() + timeout_s
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not done:
-                raise LearnerFailed(f"learner {ranks[pending[0]]} did not finish {step} within "
-                                    f"{self.call_timeout_s:g} s (stalled?); if it needs longer, raise "
-                                    f"fault_tolerance.learner_timeout_s")
+                raise LearnerFailed(f"learner {ranks[pending[0]]} did not finish {step} within {timeout_s:g} s "
+                                    f"(stalled?); if it needs longer, raise {setting}")
             try:
                 ray.get(done[0])
             except RayTaskError:

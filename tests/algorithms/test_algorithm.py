@@ -206,7 +206,7 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
                 .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3}))
 
     algo = config().build()
-    straight = [algo.train() for _ in range(4)]
+    straight = [algo.train() for _ in range(5)]
     algo.stop()
 
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
@@ -223,6 +223,19 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     results.append(out["result"])  # iteration 3 run again from the checkpoint of 2, then iteration 4
     assert results[3]["training_iteration"] == 4 and results[3]["counters"]["learner_restarts"] == 1
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000004"]
+
+    # An engine dies as the weights of iteration 5 are broadcast: the learners' collectives break with it, so both
+    # are started anew and iteration 5 is run again from the checkpoint of 4.
+    sync = algo.sync_weights
+
+    def engine_dies_first():
+        algo.sync_weights = sync
+        ray.kill(algo.engines[0], no_restart=True)
+        return sync()
+
+    algo.sync_weights = engine_dies_first
+    results.append(algo.train())
+    assert results[4]["counters"]["learner_restarts"] == 2 and results[4]["counters"]["engine_restarts"] == 1
     for got, want in zip(results, straight):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]
