@@ -246,6 +246,36 @@ def test_an_episode_failing_every_attempt_ends_the_round_naming_the_task(ray_ses
     ray.kill(engine)
 
 
+def test_a_retrieval_actor_killed_during_a_round_costs_nothing(ray_session, tiny_checkpoint):
+    import threading
+
+    from envs.encyclopedia import EncyclopediaConfig, make_world
+    from envs.retrieval import start_retrieval_server
+
+    server = start_retrieval_server(make_world(EncyclopediaConfig()).passages, name="test-runner-retrieval")
+    engine = _scripted_search_engine(tiny_checkpoint)
+    spec = _search_spec(tiny_checkpoint, "bm25")
+    spec.env_config = {**spec.env_config, "retrieval_actor": "test-runner-retrieval"}
+    group = EnvRunnerGroup(spec, [engine], num_runners=2)
+    tasks = _tasks(8)
+    want = from_arrow(group.sample(tasks, seed=0)[0])
+    pid = _pid(server.actor)
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(table=group.sample(tasks, seed=0)[0]))
+    thread.start()
+    ray.kill(server.actor, no_restart=False)  # as the round starts: its searches meet a restarting actor
+    thread.join(timeout=120)
+    got = from_arrow(out["table"])
+    assert _pid(server.actor) != pid
+    assert [t.reward for t in got] == [t.reward for t in want]
+    assert [[c.prompt_ids.tolist() for c in t.conversations] for t in got] == \
+        [[c.prompt_ids.tolist() for c in t.conversations] for t in want]  # the same passages came back
+    assert group.counters["episodes_retried"] == group.counters["runner_failures"] == 0
+    group.shutdown()
+    ray.kill(engine)
+    ray.kill(server.actor)
+
+
 def _pid(actor) -> int:
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
 
