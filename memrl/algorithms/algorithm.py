@@ -166,16 +166,10 @@ class Algorithm(tune.Trainable):
         for group in self.learner_groups().values():
             group.shutdown()
         self.start_learners()
-        broken = self._broken_engines()
-        if broken:
-            self._start_engines(broken, failure)
-            for group in (self.env_runner_group, self._eval_group):
-                if group is not None:
-                    group.set_engines(self.engines)
-        self._init_weight_sync()
+        self._rejoin_learners(failure)
         # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
         # happened in between stay counted.
-        live = [self.counters, self.env_runner_group.counters]
+        live = self._counter_dicts()
         kept = [{k: v for k, v in c.items() if k in FAILURE_COUNTERS} for c in live]
         self.load_checkpoint(str(found[0]))
         for counters, failures in zip(live, kept):
@@ -185,7 +179,21 @@ class Algorithm(tune.Trainable):
             self._step(replay=True)
             self._iteration += 1  # what Tune's train() does after each step
 
+    def _rejoin_learners(self, failure: Exception) -> None:
+        """Connect new learner groups to the rest of the run: engines that broke with them replaced, weight sync."""
+        broken = self._broken_engines()
+        if broken:
+            self._start_engines(broken, failure)
+            for group in (self.env_runner_group, self._eval_group):
+                if group is not None:
+                    group.set_engines(self.engines)
+        self._init_weight_sync()
+
+    def _counter_dicts(self) -> list[dict[str, int]]:
+        return [self.counters, self.env_runner_group.counters]
+
     def _step(self, replay: bool = False) -> dict[str, Any]:
+        """One iteration (`replay`: one run again after a learner recovery, not logged again)."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         t_start = time.perf_counter()
         trajectories, kept, runner_stats = self._sample_training_batch(iteration)

@@ -30,6 +30,7 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from memrl.algorithms.algorithm import Algorithm
+from memrl.cluster import FailureBudget
 from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.episode import Trajectory
@@ -122,8 +123,10 @@ class SFT(Algorithm):
         # The learner's train_step reads these; the SFT loss ignores them.
         self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
                             "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
-        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False),
-                                          **self.cfg.learner_group_options())
+        faults = self.cfg.fault_tolerance_cfg
+        self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
+        self.counters = {"learner_restarts": 0}
+        self.start_learners()
         self.engine = TorchEngine(learn.model_path, seed=self.seed)
         self.rng = np.random.default_rng(self.seed)
         self.steps_done = 0
@@ -131,7 +134,17 @@ class SFT(Algorithm):
         self.train_s = 0.0
         self.curve = [self.evaluate()]
 
-    def step(self) -> dict[str, Any]:
+    def start_learners(self) -> None:
+        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False),
+                                          **self.cfg.learner_group_options())
+
+    def _rejoin_learners(self, failure: Exception) -> None:
+        pass  # the engine is in this process and takes the restored weights in restore_state
+
+    def _counter_dicts(self) -> list[dict[str, int]]:
+        return [self.counters]
+
+    def _step(self, replay: bool = False) -> dict[str, Any]:
         train = self.cfg.training_cfg
         if self.steps_done >= train.steps:
             raise RuntimeError(f"this SFT run took all its training.steps={train.steps} already")
@@ -151,6 +164,7 @@ class SFT(Algorithm):
         return {"steps": self.steps_done, "done": self.steps_done >= train.steps,
                 "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll))},
                 "evaluation": self.curve[-1], "reward_mean": self.curve[-1]["reward_mean"],
+                "counters": dict(self.counters),
                 "timers": {"train_s": t_trained - t0, "eval_s": time.perf_counter() - t_trained}}
 
     def evaluate(self) -> dict[str, float]:

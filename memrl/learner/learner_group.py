@@ -128,8 +128,9 @@ class LearnerGroup:
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not done:
-                raise LearnerFailed(f"learner {ranks[pending[0]]} did not finish {step} within {timeout_s:g} s "
-                                    f"(stalled?); if it needs longer, raise {setting}")
+                late = ", ".join(str(ranks[ref]) for ref in pending)  # a rank stuck in a collective looks late too
+                raise LearnerFailed(f"learners {late} did not finish {step} within {timeout_s:g} s (one stalled?); "
+                                    f"if it needs longer, raise {setting}")
             try:
                 ray.get(done[0])
             except RayTaskError:

@@ -196,6 +196,8 @@ def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_
 
 
 def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ray_session, tiny_checkpoint, tmp_path):
+    import os
+    import signal
     import threading
     import time
 
@@ -206,12 +208,12 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
                 .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3}))
 
     algo = config().build()
-    straight = [algo.train() for _ in range(5)]
+    straight = [algo.train() for _ in range(6)]
     algo.stop()
 
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
     algo = config().fault_tolerance(checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"),
-                                    keep_checkpoints=1).build()
+                                    keep_checkpoints=1, learner_timeout_s=30).build()
     results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
     out = {}
@@ -236,6 +238,18 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     algo.sync_weights = engine_dies_first
     results.append(algo.train())
     assert results[4]["counters"]["learner_restarts"] == 2 and results[4]["counters"]["engine_restarts"] == 1
+
+    # A learner stalls in iteration 6: past learner_timeout_s the learners are started anew from the checkpoint of 4,
+    # iteration 5 is replayed and 6 run again.
+    pid = ray.get(algo.learner_group.learners[1].__ray_call__.remote(lambda self: os.getpid()))
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=algo.train()))
+    thread.start()
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGSTOP)
+    thread.join(timeout=600)
+    results.append(out["result"])
+    assert results[5]["counters"]["learner_restarts"] == 3
     for got, want in zip(results, straight):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]

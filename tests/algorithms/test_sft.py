@@ -188,6 +188,16 @@ def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, ti
     assert resumed["evaluation"] == straight[1]["evaluation"]
     algo.stop()
 
+    # A learner dies after iteration 1: iteration 2 starts new learners from the periodic checkpoint of 1.
+    algo = config.fault_tolerance(checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic")).build()
+    algo.train()
+    ray_session.kill(algo.learner_group.learners[1], no_restart=True)
+    recovered = algo.train()
+    assert recovered["counters"]["learner_restarts"] == 1 and recovered["steps"] == 6
+    assert algo.summary()["train_nll"] == nll
+    assert recovered["evaluation"] == straight[1]["evaluation"]
+    algo.stop()
+
 
 @pytest.mark.slow
 def test_sft_runs_as_a_tune_trial(ray_session, tiny_checkpoint, tmp_path):

@@ -296,10 +296,13 @@ class _Misbehaving(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(size))
         self.end_headers()
         if self.path == "/trickle":
-            for byte in good:
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-                time.sleep(0.05)
+            try:
+                for byte in good:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):  # the client gives up at its deadline
+                pass
         elif self.path == "/truncated":
             self.wfile.write(good[:10])
             self.wfile.flush()
