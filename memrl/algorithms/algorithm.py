@@ -22,6 +22,7 @@ from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import checkpoints, rendezvous
+from memrl.algorithms.recovery import Recovery, wait_ready
 from memrl.cluster import FailureBudget, get, verbose
 from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
@@ -30,21 +31,16 @@ from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
 from memrl.learner.learner_group import LearnerFailed, LearnerGroup
 from memrl.learner.rows import RowBatch, TrainRow, build_rows, shape_rewards
-from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
 
 STATE_FILE = "algorithm_state.json"
-FAILURE_COUNTERS = ("engine_restarts", "learner_restarts", "runner_failures", "resubmitted", "failed_rounds")
-"""Counters of failures, which a recovery from a periodic checkpoint keeps instead of taking the checkpoint's."""
 logger = logging.getLogger(__name__)
 
 
-class Algorithm(tune.Trainable):
+class Algorithm(Recovery, tune.Trainable):
     """Base class: builds the actors from an AlgorithmConfig dict; subclasses choose the advantages."""
-
-    _periodic: tuple[Path, ...] = ()
-    """This run's periodic checkpoints, newest first (fault_tolerance.checkpoint_frequency)."""
 
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
@@ -70,7 +66,7 @@ class Algorithm(tune.Trainable):
         self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
         self.start_learners()
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
-        _wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
+        wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
                     self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
         self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature))
         self._eval_group: EnvRunnerGroup | None = None
@@ -131,66 +127,6 @@ class Algorithm(tune.Trainable):
         train = self.cfg.training_cfg
         self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
                                           **self.cfg.learner_group_options())
-
-    def train(self) -> dict[str, Any]:
-        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due."""
-        result = super().train()
-        faults = self.cfg.fault_tolerance_cfg
-        if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
-            path = Path(self.save_to_path(Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"))
-            saved = (path, *(p for p in self._periodic if p != path))
-            for old in saved[faults.keep_checkpoints:]:
-                shutil.rmtree(old)
-            self._periodic = saved[: faults.keep_checkpoints]
-        return result
-
-    def step(self) -> dict[str, Any]:
-        """One iteration; a learner that dies or stalls is recovered from the newest periodic checkpoint first."""
-        while True:
-            try:
-                return self._step()
-            except LearnerFailed as failure:
-                self._recover_learners(failure)
-
-    def _recover_learners(self, failure: LearnerFailed) -> None:
-        """Start the learner groups anew from the newest periodic checkpoint and run the iterations since it again
-        (the same tasks and seeds: the same figures), up to the one that failed."""
-        target = self.iteration
-        found = self._periodic  # this run's own: a directory may hold another run's too
-        if not found:
-            raise LearnerFailed(f"{failure}; no periodic checkpoint to recover from (set fault_tolerance."
-                                f"checkpoint_frequency and checkpoint_dir)") from None
-        self._learner_budget.spend(str(failure))
-        logger.warning("%s; starting the learners anew from %s and running the iterations since again", failure,
-                       found[0])
-        for group in self.learner_groups().values():
-            group.shutdown()
-        self.start_learners()
-        self._rejoin_learners(failure)
-        # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
-        # happened in between stay counted.
-        live = self._counter_dicts()
-        kept = [{k: v for k, v in c.items() if k in FAILURE_COUNTERS} for c in live]
-        self.load_checkpoint(str(found[0]))
-        for counters, failures in zip(live, kept):
-            counters.update(failures)
-        self.counters["learner_restarts"] += 1
-        while self.iteration < target:
-            self._step(replay=True)
-            self._iteration += 1  # what Tune's train() does after each step
-
-    def _rejoin_learners(self, failure: Exception) -> None:
-        """Connect new learner groups to the rest of the run: engines that broke with them replaced, weight sync."""
-        broken = self._broken_engines()
-        if broken:
-            self._start_engines(broken, failure)
-            for group in (self.env_runner_group, self._eval_group):
-                if group is not None:
-                    group.set_engines(self.engines)
-        self._init_weight_sync()
-
-    def _counter_dicts(self) -> list[dict[str, int]]:
-        return [self.counters, self.env_runner_group.counters]
 
     def _step(self, replay: bool = False) -> dict[str, Any]:
         """One iteration (`replay`: one run again after a learner recovery, not logged again)."""
@@ -342,54 +278,6 @@ class Algorithm(tune.Trainable):
             raise LearnerFailed(f"an inference engine died or stalled while {what}: {exc}") from None
         return {"version": float(self.weight_version), "bytes": float(sent["bytes"]), "seconds": float(sent["seconds"])}
 
-    # -- engine failures -----------------------------------------------------------------
-    def sample(self, group: EnvRunnerGroup, tasks: list[Task], seed: int) -> tuple[Any, dict[str, float]]:
-        """`group.sample(tasks, seed)`. A round an engine fails by dying or stalling is run again, whole, once the
-        engine is replaced and holds the current weights: the same tasks and seed give the same trajectories."""
-        while True:
-            try:
-                return group.sample(tasks, seed=seed)
-            except EngineFailed as failure:
-                self._replace_broken_engines(failure)
-
-    def _broken_engines(self) -> list[int]:
-        """Indices of the engines that are dead or do not answer a ping within engine_call_timeout_s."""
-        pings = [e.__ray_ready__.remote() for e in self.engines]
-        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=self.cfg.fault_tolerance_cfg.engine_call_timeout_s)
-        broken = []
-        for i, ping in enumerate(pings):
-            try:
-                if ping not in ready:
-                    raise TimeoutError
-                ray.get(ping)
-            except (TimeoutError, RayActorError):
-                broken.append(i)
-        return broken
-
-    def _replace_broken_engines(self, failure: Exception) -> None:
-        """Start new engines in place of the broken ones, rejoin every engine to the weight-sync group and send the
-        current weights. Raise `failure` when every engine is fine (the call itself failed: a new engine would fail
-        it too) or the engine failure budget is spent."""
-        broken = self._broken_engines()
-        if not broken:
-            raise failure
-        self._start_engines(broken, failure)
-        self._init_weight_sync()
-        self._broadcast_weights()
-        for group in (self.env_runner_group, self._eval_group):
-            if group is not None:
-                group.set_engines(self.engines)
-
-    def _start_engines(self, broken: list[int], failure: Exception) -> None:
-        """Kill engines `broken` and start new ones in their places, counted against the engine failure budget."""
-        for i in broken:
-            self._engine_budget.spend(f"inference engine {i} failed ({failure})")
-            logger.warning("inference engine %d died or stalled (%s); starting a new one", i, failure)
-            ray.kill(self.engines[i], no_restart=True)
-            self.engines[i] = self._make_engine(i)
-        self.counters["engine_restarts"] += len(broken)
-        _wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
-                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
     # -- evaluation ----------------------------------------------------------------------
     def evaluate(self, num_tasks: int | None = None, env_config: dict | None = None) -> dict[str, float]:
         """Greedy (by default) rollouts on held-out tasks; mean reward and its 95% interval, plus env figures."""
@@ -489,19 +377,6 @@ class Algorithm(tune.Trainable):
             group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
-
-
-def _wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float) -> None:
-    """Fail with a clear message when actors cannot start (most often: the cluster lacks the CPUs/GPUs)."""
-    ready, _ = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
-    if len(ready) < len(actors):
-        raise RuntimeError(
-            f"{len(actors) - len(ready)} of {len(actors)} {what} actors did not start within {timeout_s:g} s "
-            f"(fault_tolerance.actor_start_timeout_s); each "
-            f"needs 1 CPU and {num_gpus} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
-            f"{ray.available_resources()}"
-        )
-    ray.get(ready)  # re-raise a constructor error
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, float]:
