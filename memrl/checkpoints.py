@@ -48,13 +48,14 @@ def seal(directory: str | os.PathLike, checksums: bool = True) -> None:
     """Flush every file under `directory` to disk, then write its manifest (sizes and, with `checksums`, sha256)."""
     directory = Path(directory)
     entries = {}
-    for path in _files(directory):
+    files = _files(directory)
+    for path in files:
         _fsync(path)
         entry = {"bytes": path.stat().st_size}
         if checksums:
             entry["sha256"] = _digest(path)
         entries[path.relative_to(directory).as_posix()] = entry
-    for sub in sorted({p.parent for p in _files(directory)} | {directory}, reverse=True):
+    for sub in sorted({p.parent for p in files} | {directory}, reverse=True):
         _fsync(sub)  # the directory entries of the files, deepest first
     manifest = directory / MANIFEST_FILE
     tmp = manifest.with_name(manifest.name + ".tmp")

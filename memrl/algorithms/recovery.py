@@ -83,9 +83,6 @@ class Recovery:
         broken = self._broken_engines()
         if broken:
             self._start_engines(broken, failure)
-            for group in (self.env_runner_group, self._eval_group):
-                if group is not None:
-                    group.set_engines(self.engines)
         self._init_weight_sync()
 
     def _counter_dicts(self) -> list[dict[str, int]]:
@@ -103,14 +100,15 @@ class Recovery:
 
     def _broken_engines(self) -> list[int]:
         """Indices of the engines that are dead or do not answer a ping within engine_call_timeout_s."""
+        limit = self.cfg.fault_tolerance_cfg.engine_call_timeout_s
         pings = [e.__ray_ready__.remote() for e in self.engines]
-        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=self.cfg.fault_tolerance_cfg.engine_call_timeout_s)
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=limit)
         broken = []
         for i, ping in enumerate(pings):
             try:
                 if ping not in ready:
                     raise TimeoutError
-                ray.get(ping)
+                ray.get(ping, timeout=limit)  # done already: raises a death, returns at once otherwise
             except (TimeoutError, RayActorError):
                 broken.append(i)
         return broken
@@ -125,12 +123,10 @@ class Recovery:
         self._start_engines(broken, failure)
         self._init_weight_sync()
         self._broadcast_weights()
-        for group in (self.env_runner_group, self._eval_group):
-            if group is not None:
-                group.set_engines(self.engines)
 
     def _start_engines(self, broken: list[int], failure: Exception) -> None:
-        """Kill engines `broken` and start new ones in their places, counted against the engine failure budget."""
+        """Kill engines `broken` and start new ones in their places (counted against the engine failure budget); the
+        runner groups sample from the new ones."""
         for i in broken:
             self._engine_budget.spend(f"inference engine {i} failed ({failure})")
             logger.warning("inference engine %d died or stalled (%s); starting a new one", i, failure)
@@ -139,6 +135,9 @@ class Recovery:
         self.counters["engine_restarts"] += len(broken)
         wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
+        for group in (self.env_runner_group, self._eval_group):
+            if group is not None:
+                group.set_engines(self.engines)
 
 
 def wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float) -> None:
@@ -151,4 +150,4 @@ def wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float) -> No
             f"needs 1 CPU and {num_gpus} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
             f"{ray.available_resources()}"
         )
-    ray.get(ready)  # re-raise a constructor error
+    ray.get(ready, timeout=timeout_s)  # all started already: re-raises a constructor error

@@ -132,12 +132,12 @@ class LearnerGroup:
                 raise LearnerFailed(f"learners {late} did not finish {step} within {timeout_s:g} s (one stalled?); "
                                     f"if it needs longer, raise {setting}")
             try:
-                ray.get(done[0])
+                ray.get(done[0], timeout=timeout_s)  # done already: raises its error, if any, at once
             except RayTaskError:
                 raise  # the learner is alive and raised: not a failure of the actor
             except RayActorError as exc:
                 raise LearnerFailed(f"learner {ranks[done[0]]} died during {step} ({type(exc).__name__})") from None
-        return ray.get(refs)
+        return ray.get(refs, timeout=timeout_s)  # every one is done
 
     def compute_logprobs(
         self, rows: Sequence[Row], reference: bool = False

@@ -79,7 +79,7 @@ class EnvRunnerGroup:
             ref = done[0]
             i, chunk, _ = pending.pop(ref)
             try:
-                batch, runner_stats = ray.get(ref)
+                batch, runner_stats = ray.get(ref, timeout=self.sample_timeout_s)  # done already
             except RayTaskError as exc:  # the runner is alive; something it used failed (checked first: a
                 # RayTaskError whose cause is an actor's death is a RayActorError too)
                 self._fail_round(pending)

@@ -52,8 +52,8 @@ class Workflow(ABC):
         if not any(control in message["content"] for message in messages for control in self._control_texts):
             return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                            return_dict=False))
-        # Some content spells a control token: render the template around placeholders, tokenize the template's
-        # own text as usual and each content as plain text.
+        # Some content spells a control token: render the template around private-use marker characters, tokenize
+        # the template's own text as usual and each content as plain text.
         marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
         rendered = self.tokenizer.apply_chat_template(
             [{**message, "content": mark} for message, mark in zip(messages, marks)],
