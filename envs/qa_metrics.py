@@ -1,4 +1,5 @@
-"""QA answer metrics: SQuAD normalisation, \\boxed{} extraction, EM, token F1 and MemAgent's sub_em."""
+"""QA answer metrics: SQuAD normalisation, \\boxed{} extraction, EM, token F1 (with the HotpotQA yes/no rule) and
+MemAgent's sub_em in the paper's definition and the authors' evaluation code's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from collections import Counter
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
 _BOXED = "\\boxed{"
+_CLOSED_CLASS = ("yes", "no", "noanswer")
+"""Normalised answers that share no partial credit: HotpotQA's and FlashRAG's F1 is 0 when either side is one of
+these and the two differ."""
+SUB_EM_VARIANTS = ("paper", "authors_code")
+"""How `sub_em` counts containment; see `sub_em`."""
 
 
 def normalize_answer(text: str) -> str:
@@ -50,7 +56,10 @@ def em(prediction: str, answers: list[str]) -> float:
 
 
 def _f1(prediction: str, answer: str) -> float:
-    pred, gold = normalize_answer(prediction).split(), normalize_answer(answer).split()
+    pred, gold = normalize_answer(prediction), normalize_answer(answer)
+    if pred != gold and (pred in _CLOSED_CLASS or gold in _CLOSED_CLASS):
+        return 0.0
+    pred, gold = pred.split(), gold.split()
     common = sum((Counter(pred) & Counter(gold)).values())
     if common == 0:
         return 0.0
@@ -59,24 +68,29 @@ def _f1(prediction: str, answer: str) -> float:
 
 
 def f1(prediction: str, answers: list[str]) -> float:
-    """SQuAD token-level F1 between the normalised prediction and the best-matching gold answer."""
+    """SQuAD token-level F1 between the normalised prediction and the best-matching gold answer, with the rule every
+    HotpotQA / FlashRAG scorer applies: when the prediction or the gold answer is yes, no or noanswer (normalised)
+    and they differ, F1 is 0 ("no way" against "no" scores 0, not 2/3)."""
     _check_answers(answers)
     return max(_f1(prediction, a) for a in answers)
 
 
-def sub_em(prediction: str, answers: list[str], either_way: bool = False) -> float:
-    """MemAgent's sub_em: 1.0 if the normalised prediction contains a normalised gold answer (max over golds).
+def sub_em(prediction: str, answers: list[str], variant: str = "paper") -> float:
+    """MemAgent's sub_em: containment of the normalised answer, 1.0 or 0.0.
 
-    This is the paper's definition (A.4: "correct if it contains all the elements of the ground truth").
-    `either_way=True` is the authors' code variant, which also counts a prediction contained in a gold
-    answer. An empty normalised prediction never scores: the empty string is contained in everything.
+    variant="paper" (A.4: "correct if it contains all the elements of the ground truth"): the normalised prediction
+    contains a normalised gold answer, any of them; an empty normalised prediction never scores.
+    variant="authors_code" (their RULER-HotpotQA evaluation, exactly): only the first gold answer counts, and
+    containment either way does, the prediction inside the gold included; an empty prediction scores 0, but one
+    that normalises to nothing ("the") is contained in every gold and scores 1.
     """
     _check_answers(answers)
+    if variant not in SUB_EM_VARIANTS:
+        raise ValueError(f"sub_em variant={variant!r} is not allowed; choose one of {SUB_EM_VARIANTS}")
     pred = normalize_answer(prediction)
+    if variant == "authors_code":
+        gold = normalize_answer(answers[0])
+        return float(bool(prediction) and (gold in pred or pred in gold))
     if not pred:
         return 0.0
-    for answer in answers:
-        gold = normalize_answer(answer)
-        if gold and (gold in pred or (either_way and pred in gold)):
-            return 1.0
-    return 0.0
+    return float(any(gold and gold in pred for gold in map(normalize_answer, answers)))

@@ -5,8 +5,9 @@
 
 Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
 facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
-95% interval, sub_em and F1, peak tokens per call and total tokens per task. Writes length.json, length.md
-(the table) and length.png (accuracy and peak tokens per call against length) to --out.
+95% interval, sub_em (the paper's definition, envs.qa_metrics.sub_em) and F1, peak tokens per call and total
+tokens per task. Writes length.json, length.md (the table) and length.png (accuracy and peak tokens per call
+against length) to --out.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
 
 def markdown(rows: list[dict]) -> str:
     """The table, one line per (policy, length)."""
-    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em | F1 | peak tokens/call | "
+    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | "
              "tokens/task |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "

@@ -285,7 +285,7 @@ class Learner:
     ) -> dict[str, float]:
         """Forward/backward every micro-batch of `rows`, then take exactly one optimizer step.
 
-        num_tokens / num_seqs are the GLOBAL loss-token and row counts of the step (all ranks), so the
+        num_tokens / num_seqs count the GLOBAL loss tokens and rows holding any (all ranks), so the
         micro-batch losses of all ranks sum to the step's mean loss. Every rank must call this at the same time.
         Returns this rank's sums (loss, loss metrics, tokens, rows, micro_batches, forward_passes) plus the
         step's grad_norm (before clipping) and lr.

@@ -54,6 +54,14 @@ class LearnerFailed(RuntimeError):
     """A learner died or did not answer within its deadline: the group's collectives cannot go on without it."""
 
 
+def step_counts(rows: Sequence[Row]) -> tuple[float, float]:
+    """(loss tokens, sequences) of a step: the denominators of its token and sequence means. A row without any loss
+    token is no sequence of the mean ("mean over sequences of the per-sequence token mean" has nothing of it to
+    average), so it is left out of the count rather than diluting every other row's share."""
+    per_row = [int(np.count_nonzero(np.asarray(r["loss_mask"]))) for r in rows]
+    return float(sum(per_row)), float(sum(1 for n in per_row if n > 0))
+
+
 class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
@@ -173,15 +181,13 @@ class LearnerGroup:
         if not rows:
             raise ValueError("train_step needs at least one row")
         check_train_rows(rows, self.config.head)
-        num_tokens = float(sum(int(np.count_nonzero(np.asarray(r["loss_mask"]))) for r in rows))
+        num_tokens, num_seqs = step_counts(rows)
         if num_tokens == 0:
             raise ValueError(f"train_step got {len(rows)} rows but none has a loss token (every loss_mask is 0)")
         parts = split_rows([row_length(r) for r in rows], self.num_learners)
         results = self._call(
             "train_step",
-            per_rank_args=[
-                ([rows[i] for i in part], loss_config, num_tokens, float(len(rows)), max_tokens) for part in parts
-            ],
+            per_rank_args=[([rows[i] for i in part], loss_config, num_tokens, num_seqs, max_tokens) for part in parts],
         )
         merged: dict[str, float] = {}
         for result in results:

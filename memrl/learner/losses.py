@@ -136,8 +136,8 @@ def aggregate(
 ) -> torch.Tensor:
     """Reduce per-token values [B, T] to a scalar, normalised by GLOBAL counts.
 
-    num_tokens and num_seqs count the real tokens and the rows of the whole step (all micro-batches on all
-    data-parallel ranks), so summing each micro-batch's result gives the mean over the whole step.
+    num_tokens and num_seqs count the real tokens and the rows holding any of them in the whole step (all
+    micro-batches on all data-parallel ranks), so summing each micro-batch's result gives the mean over the step.
     token_mean = sum(x * mask) / num_tokens;
     seq_mean_token_mean = sum over rows of (row sum / max(1, row token count)) / num_seqs;
     seq_mean_token_sum_norm = sum over rows of (row sum / max_tokens) / num_seqs (Dr.GRPO; max_tokens is a

@@ -92,7 +92,8 @@ def run_expert(env, seed):
     assert answer == f"\\boxed{{{env.task.answers[0]}}}"
     obs, reward, terminated, truncated, info = env.step(answer)
     assert (obs, reward, terminated, truncated) == ("", 1.0, True, False)
-    assert info["metrics"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0, "format_ok": 1.0}
+    assert info["metrics"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0, "sub_em_authors_code": 1.0,
+                               "format_ok": 1.0}
     assert info["answers"] == list(env.task.answers) and info["phase"] == "answer"
     return memories
 
@@ -153,7 +154,8 @@ def test_wrong_and_unformatted_answers_score_zero():
     env = ChunkStreamEnv()
     play_to_answer(env, 0)
     _, reward, _, _, info = env.step("\\boxed{Nowhere}")
-    assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0, "format_ok": 1.0}
+    assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0,
+                                                      "sub_em_authors_code": 0.0, "format_ok": 1.0}
     play_to_answer(env, 0)
     answer = env.task.answers[0]
     _, reward, _, _, info = env.step(f"The answer is {answer}.")  # right city, no box

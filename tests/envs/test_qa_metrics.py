@@ -43,10 +43,66 @@ def test_sub_em_containment_direction():
     assert sub_em("It was Greenwich Village, New York City", ["Greenwich Village New York City"]) == 1.0
     assert sub_em("the answer is Calton", ["calton"]) == 1.0
     assert sub_em("Greenwich Village", ["Greenwich Village, New York City"]) == 0.0  # paper: must contain the gold
-    assert sub_em("Greenwich Village", ["Greenwich Village, New York City"], either_way=True) == 1.0  # authors' code
     assert sub_em("Lyon", ["Paris", "lyon"]) == 1.0  # max over gold answers
     assert sub_em("", ["Paris"]) == 0.0
-    assert sub_em("the", ["Paris"], either_way=True) == 0.0  # empty after normalisation never scores
+    assert sub_em("the", ["Paris"]) == 0.0  # empty after normalisation never scores
+
+
+def _authors_normalize(s):
+    """The MemAgent authors' normalize_answer, restated: lower, drop punctuation, drop articles, fix whitespace."""
+    import re
+    import string
+
+    s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
+
+
+def _authors_sub_em(pred, answers):
+    """Their evaluation: `judge_sub_em` is 0 for an empty prediction, else containment either way with answers[0]."""
+    if not pred:
+        return 0.0
+    gold, p = _authors_normalize(answers[0]), _authors_normalize(pred)
+    return float(gold in p or p in gold)
+
+
+@pytest.mark.parametrize("pred,answers", [
+    ("Greenwich Village", ["Greenwich Village, New York City"]),  # prediction inside the gold: counts
+    ("It was Greenwich Village, New York City", ["Greenwich Village New York City"]),
+    ("Lyon", ["Paris", "lyon"]),  # only the first gold counts
+    ("Paris", ["Paris", "lyon"]),
+    ("", ["Paris"]),
+    ("the", ["Paris"]),  # normalises to "", which every gold contains
+    ("yes", ["no"]),
+    ("no", ["no way"]),
+])
+def test_sub_em_authors_code_variant_matches_their_scorer(pred, answers):
+    assert sub_em(pred, answers, variant="authors_code") == _authors_sub_em(pred, answers)
+
+
+def test_sub_em_variants_differ_where_the_definitions_do():
+    assert sub_em("Greenwich Village", ["Greenwich Village, New York City"]) == 0.0  # paper: must contain the gold
+    assert sub_em("Greenwich Village", ["Greenwich Village, New York City"], variant="authors_code") == 1.0
+    assert sub_em("Lyon", ["Paris", "lyon"]) == 1.0
+    assert sub_em("Lyon", ["Paris", "lyon"], variant="authors_code") == 0.0
+    with pytest.raises(ValueError, match="variant='either' is not allowed; choose one of"):
+        sub_em("x", ["x"], variant="either")
+
+
+@pytest.mark.parametrize("pred,gold,expected", [
+    ("no way", "no", 0.0),  # 2/3 without the rule
+    ("no", "no", 1.0),
+    ("yes", "yes indeed", 0.0),
+    ("Yes.", "yes", 1.0),  # equal after normalisation
+    ("noanswer", "no answer", 0.0),
+    ("the big red barn", "red barn door", 2 / 3),  # ordinary answers keep partial credit
+])
+def test_f1_yes_no_rule_of_hotpotqa_and_flashrag_scorers(pred, gold, expected):
+    assert f1(pred, [gold]) == pytest.approx(expected)
+
+
+def test_f1_takes_the_best_gold_under_the_yes_no_rule():
+    assert f1("no", ["yes", "no"]) == 1.0
+    assert f1("no way", ["no", "way out"]) == pytest.approx(1 / 2)  # "way out" still gives partial credit
 
 
 def test_bad_gold_answers_are_named():
