@@ -7,6 +7,8 @@ as the engine produced them ("token in, token out"); training never re-tokenizes
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,12 +117,30 @@ SCHEMA = pa.schema(
 """Arrow schema of an episode batch: one row per conversation, trajectory fields repeated."""
 
 
-def to_arrow(trajectories: list[Trajectory]) -> pa.RecordBatch:
-    """Flatten trajectories into one record batch, one row per conversation."""
+def tokenizer_metadata(tokenizer) -> dict[str, str]:
+    """Schema metadata naming the tokenizer that made a batch's ids, so the batch decodes without memrl: where it was
+    loaded from (`memrl.tokenizer`, for AutoTokenizer.from_pretrained), its vocabulary size and a sha256 of its
+    vocabulary (token -> id, sorted) to check a copy loaded elsewhere is the same."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode()
+    return {"memrl.tokenizer": str(tokenizer.name_or_path), "memrl.tokenizer_vocab_size": str(len(tokenizer)),
+            "memrl.tokenizer_vocab_sha256": hashlib.sha256(vocab).hexdigest()}
+
+
+def _check_metrics(traj: Trajectory) -> None:
+    for key, value in traj.metrics.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"trajectory {traj.traj_id!r}: metric {key!r} = {value!r} is not a number; trajectory "
+                            "metrics are real numbers (put text in info under another key than 'metrics')")
+
+
+def to_arrow(trajectories: list[Trajectory], metadata: dict[str, str] | None = None) -> pa.RecordBatch:
+    """Flatten trajectories into one record batch, one row per conversation. `metadata` joins the schema's (e.g.
+    `tokenizer_metadata`)."""
     cols: dict[str, list] = {name: [] for name in SCHEMA.names}
     for traj in trajectories:
         if not traj.conversations:
             raise ValueError(f"Trajectory {traj.traj_id!r} has no conversations; every trajectory needs at least one")
+        _check_metrics(traj)
         for i, conv in enumerate(traj.conversations):
             cols["traj_id"].append(traj.traj_id)
             cols["group_id"].append(traj.group_id)
@@ -140,7 +160,8 @@ def to_arrow(trajectories: list[Trajectory]) -> pa.RecordBatch:
             cols["traj_reward"].append(traj.reward)
             cols["traj_metrics"].append(list(traj.metrics.items()))
     arrays = [pa.array(cols[f.name], type=f.type) for f in SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    schema = SCHEMA.with_metadata({**SCHEMA.metadata, **{k.encode(): v.encode() for k, v in (metadata or {}).items()}})
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
@@ -215,5 +236,11 @@ def _split_list_column(column: pa.ListArray | pa.ChunkedArray) -> list[np.ndarra
 
 
 def concat(batches: list[pa.RecordBatch]) -> pa.Table:
-    """Join episode batches (e.g. from several env runners) into one table."""
-    return pa.Table.from_batches(batches, schema=SCHEMA)
+    """Join episode batches (e.g. from several env runners) into one table, keeping their schema metadata (which
+    must agree: one table's ids come from one tokenizer)."""
+    metadata = {} if not batches else batches[0].schema.metadata
+    for batch in batches[1:]:
+        if batch.schema.metadata != metadata:
+            raise ValueError(f"episode batches with different schema metadata cannot be joined: {metadata} and "
+                             f"{batch.schema.metadata}")
+    return pa.Table.from_batches(batches, schema=SCHEMA.with_metadata(metadata or SCHEMA.metadata))

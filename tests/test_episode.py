@@ -111,3 +111,35 @@ def test_sliced_and_chunked_batches_read_back():
     assert table.column("prompt_ids").num_chunks == 2
     for got, want in zip(from_arrow(table), trajs):
         _assert_same(got, want)
+
+
+def test_batches_name_their_tokenizer_and_decode_without_memrl(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    from memrl.episode import tokenizer_metadata
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    text = "Question: où est Zürich – near the lake?"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    traj = Trajectory([Conversation(prompt_ids=ids, response_ids=ids[:3], logprobs=[0.0] * 3)], traj_id="t")
+    sink = pa.BufferOutputStream()
+    batch = to_arrow([traj], tokenizer_metadata(tokenizer))
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    read = pa.ipc.open_stream(sink.getvalue()).read_all()
+    meta = {k.decode(): v.decode() for k, v in read.schema.metadata.items()}
+    assert meta["memrl.schema_version"] == str(SCHEMA_VERSION)
+    again = AutoTokenizer.from_pretrained(meta["memrl.tokenizer"])  # what a user without memrl does
+    assert tokenizer_metadata(again) == {k: v for k, v in meta.items() if k.startswith("memrl.tokenizer")}
+    assert again.decode(read.column("prompt_ids")[0].as_py()) == text
+    assert from_arrow(read)[0].conversations[0].prompt_ids.tolist() == ids
+    assert concat([batch, batch]).schema.metadata == batch.schema.metadata
+    with pytest.raises(ValueError, match="different schema metadata"):
+        concat([batch, to_arrow([traj])])
+
+
+def test_a_metric_that_is_not_a_number_is_named_with_its_trajectory():
+    traj = _traj("t7", 1, 0)
+    traj.metrics["verdict"] = "good"
+    with pytest.raises(TypeError, match="trajectory 't7': metric 'verdict' = 'good' is not a number"):
+        to_arrow([traj])

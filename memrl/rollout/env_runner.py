@@ -17,7 +17,7 @@ import ray
 from transformers import AutoTokenizer
 
 from memrl.engines.base import GenerationOutput, SamplingConfig
-from memrl.episode import Trajectory, to_arrow
+from memrl.episode import Trajectory, to_arrow, tokenizer_metadata
 from memrl.rollout.loop import BatchingResponder, Task, run_episode
 from memrl.seeds import derive_seed
 from memrl.workflows import workflow_class
@@ -71,6 +71,7 @@ class EnvRunner:
         self.engine = None
         self.runner_index = runner_index
         self.tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path)
+        self._metadata = tokenizer_metadata(self.tokenizer)
         self.workflow_cls = workflow_class(spec.workflow)
         self.sampling = spec.sampling
         if not self.sampling.stop_token_ids:
@@ -125,7 +126,7 @@ class EnvRunner:
             raise
         self._stats["sample_s"] = time.perf_counter() - start
         self._stats["trajectories"] = len(trajectories)
-        return to_arrow(list(trajectories)), dict(self._stats)
+        return to_arrow(list(trajectories), self._metadata), dict(self._stats)
 
     async def _run_with_retries(self, index: int, task: Task) -> Trajectory:
         for attempt in range(self.spec.episode_retries + 1):

@@ -94,6 +94,7 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
                          tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
     batch, _ = ray.get(runner.sample.remote(_tasks(4), engine, 0))
+    assert batch.schema.metadata[b"memrl.tokenizer"] == str(tiny_checkpoint).encode()  # what decodes its ids
     for t in from_arrow(batch):
         # one memory call per chunk, then the answer call
         assert len(t.conversations) >= 2

@@ -53,6 +53,21 @@ def test_max_calls_truncates_and_the_context_limit_ends_or_names_the_episode(tok
         asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), task, respond, max_calls=2, max_model_len=3))
 
 
+def test_an_env_metric_that_is_not_a_number_is_named(tokenizer):
+    class Verdict(gym.Wrapper):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return obs, reward, True, truncated, {**info, "metrics": {"em": 1, "verdict": "good"}}
+
+    async def respond(prompt_ids):
+        return _reply(tokenizer, "x")
+
+    env = Verdict(gym.make("memrl/Echo-v0"))
+    with pytest.raises(TypeError, match="task t: env metric 'verdict' = 'good' is not a number"):
+        asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), Task(seed=1, group_id="g", traj_id="t"),
+                                respond, max_calls=2))
+
+
 def test_expert_replies_parse_back_to_the_expert_action_or_are_named(tokenizer):
     env = gym.make("memrl/Echo-v0", num_turns=2, reward="exact")
     wf = LastObservationWorkflow(tokenizer)
