@@ -1,22 +1,41 @@
-"""QA tasks: the task record every chunk-stream generator returns, and loaders for real data in local files."""
+"""QA data in the files users already have: the task record every chunk-stream generator returns, and readers of
+the row shapes the seed authors' code writes.
+
+Row shapes read (JSON list, JSONL or parquet, one shape per row, recognised by its keys):
+- plain: {"question" | "query", "context", "answers" | "answer" | "golden_answers"}; Search-R1 / FlashRAG QA rows
+  ({"question", "golden_answers"}) are this shape without a context.
+- MemAgent evaluation (`eval_{num_docs}.json`): {"input": question, "context": "Document 1:\\n...", "answers": [...],
+  "num_docs", "index"}.
+- MemAgent / MEM1 / Search-R1 training rows (verl parquet): {"prompt": [{"role": "user", "content": text}],
+  "reward_model": {"ground_truth": answers}, "context"?, "extra_info"?, "data_source"?, "ability"?}. MemAgent's
+  ground truth is the answer list and the prompt the bare question (also in extra_info.question); MEM1's is
+  {"target": [answers of question 1, answers of question 2, ...]} with the N questions joined by "; " on the
+  prompt's last line, after its instructions.
+- MemAgent's hotpotqa_*_process rows: {"question", "solution": [...], "context"}.
+Text stays Unicode: only control characters other than newline and tab are dropped (envs.text_space.printable).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-import unicodedata
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.text_space import CHARSET
+from envs.text_space import printable
 
-QUESTION_KEYS = ("question", "query")
-"""Row keys accepted for the question, first match wins."""
-CONTEXT_KEYS = ("context", "input")
-"""Row keys accepted for the long context, first match wins."""
-ANSWER_KEYS = ("answers", "answer")
-"""Row keys accepted for the gold answers (a string or a list of strings), first match wins."""
+QUESTION_KEYS = ("question", "query", "input")
+"""Row keys read as the question, first match wins ("input" is the question in MemAgent's evaluation files)."""
+CONTEXT_KEYS = ("context",)
+"""Row keys read as the long context."""
+ANSWER_KEYS = ("answers", "answer", "golden_answers", "solution")
+"""Row keys read as the gold answers (a string or a list of strings), first match wins."""
 SUFFIXES = (".json", ".jsonl", ".parquet")
 """File types `read_rows` reads."""
+_QUESTIONS_LABEL = re.compile(r"^\s*(?:answer\b[^:\n]*\bquestions?|questions?)\s*:\s*", re.IGNORECASE)
+"""The label before the questions on a verl prompt's last line: MEM1's "Answer the following questions:",
+Search-R1's "Question:"."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +57,6 @@ class QATask:
         return "\n".join(self.documents)
 
 
-def fold_to_ascii(text: str) -> str:
-    """Text in the env's printable-ASCII charset: accents folded ("ö" -> "o"), anything else dropped."""
-    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
-    return "".join(ch for ch in text if ch in CHARSET)
-
-
 def read_rows(path: str | Path) -> list[tuple[object, str]]:
     """The rows of a .json (a list of rows), .jsonl (one row a line) or .parquet file, each with a "where" label
     ("file line n" / "file row i") for error messages."""
@@ -58,7 +71,7 @@ def read_rows(path: str | Path) -> list[tuple[object, str]]:
         rows = [(row, f"{path} row {i}") for i, row in enumerate(pq.read_table(path).to_pylist())]
     elif path.suffix == ".json":
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
         if not isinstance(data, list):
@@ -66,13 +79,14 @@ def read_rows(path: str | Path) -> list[tuple[object, str]]:
         rows = [(row, f"{path} row {i}") for i, row in enumerate(data)]
     else:
         rows = []
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((json.loads(line), f"{path} line {n}"))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {n}: not valid JSON ({e})") from e
+        with path.open(encoding="utf-8") as lines:
+            for n, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((json.loads(line), f"{path} line {n}"))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} line {n}: not valid JSON ({e})") from e
     if not rows:
         raise ValueError(f"{path}: holds no rows")
     return rows
@@ -85,25 +99,88 @@ def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     raise ValueError(f"{where}: no {what} key; allowed keys are {', '.join(map(repr, keys))}, found {sorted(row)}")
 
 
-def question_and_answers(row, where: str, answer_keys: tuple[str, ...] = ANSWER_KEYS) -> tuple[str, tuple[str, ...]]:
-    """A QA row's question and gold answers (a string or a list in the row), checked and folded to printable
-    ASCII; `where` names the row in errors."""
-    if not isinstance(row, dict):
-        raise TypeError(f"{where}: a row must be an object with a question and answers, got {type(row).__name__}")
-    question = _pick(row, QUESTION_KEYS, where, "question")
-    answers = _pick(row, answer_keys, where, "answers")
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: the question must be a non-empty string, got {question!r}")
+def _answer_list(answers, where: str) -> tuple[str, ...]:
+    """Gold answers (a string or a list of non-empty strings), control characters dropped."""
     if isinstance(answers, str):
         answers = [answers]
     good = isinstance(answers, (list, tuple)) and answers and all(isinstance(a, str) and a.strip() for a in answers)
     if not good:
         raise ValueError(f"{where}: answers must be a non-empty string or list of non-empty strings, got {answers!r}")
-    # Observations are printable ASCII; fold question, context and answers alike so answers still match.
-    folded = tuple(fold_to_ascii(a) for a in answers)
-    if not all(a.strip() for a in folded):
-        raise ValueError(f"{where}: answers {answers!r} have no printable-ASCII text left after folding accents")
-    return fold_to_ascii(question), folded
+    return tuple(printable(a) for a in answers)
+
+
+def _question(text, where: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{where}: the question must be a non-empty string, got {text!r}")
+    return printable(text.strip())
+
+
+def _is_verl(row: dict) -> bool:
+    return "prompt" in row and "reward_model" in row
+
+
+def _prompt_text(row: dict, where: str) -> str:
+    """The last user message of a verl row's chat `prompt`."""
+    messages = row["prompt"]
+    users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(
+        messages, list) else []
+    if not users or not isinstance(users[-1], str):
+        raise ValueError(f"{where}: 'prompt' must be a chat message list with a user message, got {messages!r}")
+    return users[-1]
+
+
+def _ground_truth(row: dict, where: str):
+    truth = row["reward_model"].get("ground_truth") if isinstance(row["reward_model"], dict) else None
+    if isinstance(truth, dict):
+        truth = truth.get("target")
+    if truth is None:
+        raise ValueError(f"{where}: 'reward_model' must hold ground_truth (answers, or {{'target': answers}}), got "
+                         f"{row['reward_model']!r}")
+    return truth
+
+
+def _split_questions(line: str, n: int, where: str) -> list[str]:
+    """The `n` questions MEM1 joins with "; " on one line (each made to end in "?"), found even when a question
+    holds "; " itself."""
+    for separator, keep in (("; ", ""), ("?; ", "?")):
+        parts = line.split(separator)
+        if len(parts) == n:
+            return [part + keep if i < n - 1 else part for i, part in enumerate(parts)]
+    raise ValueError(f"{where}: the ground truth has answers for {n} questions, but the prompt's questions line "
+                     f"{line!r} does not split into {n} questions at '; '")
+
+
+def questions_and_answers(row, where: str) -> list[tuple[str, tuple[str, ...]]]:
+    """A QA row's questions, each with its gold answers: one pair for single-question rows, N for MEM1's
+    multi-objective rows. See the module docstring for the shapes read; `where` names the row in errors."""
+    if not isinstance(row, dict):
+        raise TypeError(f"{where}: a row must be an object with a question and answers, got {type(row).__name__}")
+    if not _is_verl(row):
+        return [(_question(_pick(row, QUESTION_KEYS, where, "question"), where),
+                 _answer_list(_pick(row, ANSWER_KEYS, where, "answers"), where))]
+    truth = _ground_truth(row, where)
+    text = _prompt_text(row, where)
+    if isinstance(truth, (list, tuple)) and truth and all(isinstance(t, (list, tuple)) for t in truth):
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        line = _QUESTIONS_LABEL.sub("", lines[-1] if lines else "").strip()
+        questions = _split_questions(line, len(truth), where) if len(truth) > 1 else [line]
+        return [(_question(q, where), _answer_list(list(t), f"{where} question {i + 1}"))
+                for i, (q, t) in enumerate(zip(questions, truth))]
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    question = row.get("question") or extra.get("question")
+    if not question:  # MemAgent's prompt is the bare question; Search-R1's ends in a "Question: ..." line
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        question = _QUESTIONS_LABEL.sub("", lines[-1]) if lines else text
+    return [(_question(question, where), _answer_list(truth, where))]
+
+
+def question_and_answers(row, where: str) -> tuple[str, tuple[str, ...]]:
+    """A single-question row's question and gold answers (see `questions_and_answers`)."""
+    pairs = questions_and_answers(row, where)
+    if len(pairs) != 1:
+        raise ValueError(f"{where}: holds {len(pairs)} questions where one is expected (a MEM1 multi-objective row "
+                         "belongs to the search env, as one N-question task)")
+    return pairs[0]
 
 
 def _task_from_row(row, where: str) -> QATask:
@@ -111,15 +188,20 @@ def _task_from_row(row, where: str) -> QATask:
     context = _pick(row, CONTEXT_KEYS, where, "context")
     if not isinstance(context, str):
         raise TypeError(f"{where}: the context must be a string, got {type(context).__name__}")
-    return QATask(question=question, documents=tuple(fold_to_ascii(context).split("\n")), answers=answers)
+    # MemAgent's evaluation reads the stripped context; documents stay lines, so "".join of the chunks is it.
+    return QATask(question=question, documents=tuple(printable(context.strip()).split("\n")), answers=answers)
 
 
-def load_tasks(path: str | Path) -> list[QATask]:
-    """Tasks from a .json (list of rows), .jsonl (one row a line) or .parquet file.
+@functools.lru_cache(maxsize=4)
+def _load_tasks(path: str, mtime_ns: int) -> tuple[QATask, ...]:
+    return tuple(_task_from_row(row, where) for row, where in read_rows(path))
 
-    Each row holds a question ("question" or "query"), a long context ("context" or "input": the MemAgent
-    authors' RULER-HotpotQA files use "input") and gold answers ("answers" or "answer", a string or a list).
-    The context is split into documents at newlines, so chunking never cuts a line it can keep whole.
-    All text is folded to printable ASCII (`fold_to_ascii`), the charset of the env's spaces.
-    """
-    return [_task_from_row(row, where) for row, where in read_rows(path)]
+
+def load_tasks(path: str | Path) -> tuple[QATask, ...]:
+    """Tasks of a chunk-stream data file (.json list, .jsonl, .parquet): a question, a long context and gold answers
+    per row, in any shape of the module docstring that has a context (MemAgent's evaluation and training files
+    included). The context is split into documents at newlines, so chunking never cuts a line it can keep whole.
+
+    Loaded once per process and file version: the envs of a runner share one copy (tasks are immutable)."""
+    path = Path(path).absolute()
+    return _load_tasks(str(path), path.stat().st_mtime_ns if path.is_file() else 0)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from envs.loaders import fold_to_ascii, read_rows
+from envs.loaders import read_rows
+from envs.text_space import printable
 
 HTTP_APIS = ("search_r1", "flashrag")
 """Request shapes HTTPRetriever speaks; see HTTPRetriever."""
@@ -50,21 +51,22 @@ class Retriever(Protocol):
 
 
 def passage_from_row(row, where: str, default_id: str = "") -> Passage:
-    """A passage from a corpus row: {"id", "contents": "Title\\ntext"} (Search-R1, FlashRAG) or {"id", "title",
-    "text"}. A missing id becomes `default_id`; numeric ids become strings."""
+    """A passage from a corpus row: {"id", "contents": "Title\\ntext"} (Search-R1, FlashRAG), {"id", "title", "text"},
+    or {"id", "text"} (FlashRAG corpora without titles; the title is then empty). A missing id becomes `default_id`;
+    numeric ids become strings."""
     if not isinstance(row, dict):
         raise TypeError(f"{where}: a passage must be an object, got {type(row).__name__}")
     if "contents" in row:
         if not isinstance(row["contents"], str):
             raise TypeError(f"{where}: 'contents' must be a string, got {type(row['contents']).__name__}")
         title, _, text = row["contents"].partition("\n")
-    elif "title" in row and "text" in row:
-        title, text = row["title"], row["text"]
+    elif "text" in row:
+        title, text = row.get("title", ""), row["text"]
         if not isinstance(title, str) or not isinstance(text, str):
             raise TypeError(f"{where}: 'title' and 'text' must be strings, got {title!r} and {text!r}")
     else:
         raise ValueError(
-            f"{where}: a passage needs 'contents' (\"Title\\ntext\") or both 'title' and 'text'; "
+            f"{where}: a passage needs 'contents' (\"Title\\ntext\"), or 'text' (with an optional 'title'); "
             f"found keys {sorted(row)}"
         )
     return Passage(id=str(row.get("id", default_id)), title=title, text=text)
@@ -347,13 +349,13 @@ class HTTPRetriever:
 
 def format_information(hits: list[dict], hint: str = "", max_doc_chars: int = 1000) -> str:
     """Hits as the `<information>` block Search-R1 and MEM1 show the model: an optional hint line (MEM1's
-    "You have N turns left."), then one line per hit, "Doc i(Title: title) text", folded to printable ASCII and
-    cut to `max_doc_chars` characters."""
+    "You have N turns left."), then one line per hit, "Doc i(Title: title) text", whitespace collapsed and cut to
+    `max_doc_chars` characters."""
     if not isinstance(max_doc_chars, int) or max_doc_chars < 1:
         raise ValueError(f"max_doc_chars must be an int >= 1, got {max_doc_chars!r}")
     lines = []
     for i, hit in enumerate(hits, start=1):
         line = f"Doc {i}(Title: {hit['title']}) {hit['text']}"
-        lines.append(" ".join(fold_to_ascii(line).split())[:max_doc_chars])
+        lines.append(" ".join(printable(line).split())[:max_doc_chars])
     body = "\n".join(lines) if lines else NO_RESULTS
     return f"<information>{hint}\n{body}</information>" if hint else f"<information>{body}</information>"

@@ -17,7 +17,7 @@ import gymnasium as gym
 
 from envs import encyclopedia
 from envs.encyclopedia import EncyclopediaConfig, SearchQuestion
-from envs.loaders import question_and_answers, read_rows
+from envs.loaders import questions_and_answers, read_rows
 from envs.qa_metrics import em, f1
 from envs.retrieval import (
     HTTP_APIS,
@@ -36,9 +36,6 @@ ACTION_TAGS = ("search", "answer")
 """The action tags: `<search>query</search>` and `<answer>a1; a2; ...</answer>`."""
 REWARDS = ("em_sum", "f1", "answer_format")
 """Reward kinds; see SearchConfig.reward."""
-ANSWER_KEYS = ("golden_answers", "answers", "answer")
-"""QA row keys accepted for the gold answers (a string or a list), first match wins: Search-R1 and FlashRAG
-files use "golden_answers", HotpotQA "answer", NQ exports "answers"."""
 INVALID = {
     "none": "it holds neither <search> nor <answer>",
     "both": "it holds both <search> and <answer>",
@@ -70,7 +67,8 @@ class SearchConfig:
     data: str = "synthetic"
     """Where questions come from; one of DATA. 'file' reads qa_path."""
     qa_path: str | None = None
-    """QA file (.jsonl/.json/.parquet) for data='file'; see load_questions."""
+    """QA file (.jsonl/.json/.parquet) for data='file'; see load_questions. Single-question rows are drawn
+    num_objectives at a time; MEM1's multi-objective rows are fixed tasks, and num_objectives must equal their count."""
     corpus_path: str | None = None
     """Wiki-style corpus file for retriever='bm25' with data='file'; see envs.retrieval.load_corpus."""
     retriever: str = "bm25"
@@ -127,19 +125,18 @@ class SearchConfig:
             )
 
 
-def _task_from_row(row, where: str) -> SearchQuestion:
-    question, answers = question_and_answers(row, where, ANSWER_KEYS)
-    return SearchQuestion(question=" ".join(question.split()), answers=answers)
-
-
 @functools.lru_cache(maxsize=4)
-def load_questions(path: str | Path) -> tuple[SearchQuestion, ...]:
-    """Questions of a QA file (cached per process): Search-R1 / FlashRAG rows ({"question", "golden_answers"}),
-    HotpotQA ({"question", "answer"}) or NQ-style ({"question", "answers"}) in .jsonl, .json or .parquet.
+def load_questions(path: str | Path) -> tuple[tuple[SearchQuestion, ...], ...]:
+    """The questions of each row of a QA file (cached per process), in any shape envs.loaders reads: Search-R1 /
+    FlashRAG rows ({"question", "golden_answers"}), HotpotQA ({"question", "answer"}), NQ-style ({"question",
+    "answers"}), verl training rows, and MEM1's multi-objective rows (N questions each), in .jsonl, .json or .parquet.
 
-    Text is folded to printable ASCII, the env's charset, and a question's whitespace collapsed to single spaces.
+    A question's whitespace is collapsed to single spaces; text stays Unicode.
     """
-    return tuple(_task_from_row(row, where) for row, where in read_rows(path))
+    return tuple(
+        tuple(SearchQuestion(question=" ".join(q.split()), answers=a) for q, a in questions_and_answers(row, where))
+        for row, where in read_rows(path)
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,6 +148,24 @@ def _bm25_over_world(config: EncyclopediaConfig) -> BM25Retriever:
 @functools.lru_cache(maxsize=4)
 def _bm25_over_file(path: str) -> BM25Retriever:
     return BM25Retriever(load_corpus(path))
+
+
+def _check_file_tasks(rows: tuple[tuple[SearchQuestion, ...], ...], config: SearchConfig) -> bool:
+    """True when the file's rows are fixed multi-question tasks (MEM1), False when they are single questions to draw
+    from; raises when the file and num_objectives do not fit together."""
+    counts = sorted({len(row) for row in rows})
+    if counts == [1]:
+        if config.num_objectives > len(rows):
+            raise ValueError(f"SearchEnv num_objectives={config.num_objectives} is more than the {len(rows)} questions "
+                             f"in {config.qa_path}")
+        return False
+    if len(counts) > 1:
+        raise ValueError(f"{config.qa_path}: rows hold different numbers of questions ({counts}); a file of "
+                         "multi-objective tasks holds one count")
+    if config.num_objectives != counts[0]:
+        raise ValueError(f"{config.qa_path} holds {counts[0]}-question tasks (MEM1 multi-objective rows); set "
+                         f"num_objectives={counts[0]} (reset options may ask for fewer of each task's questions)")
+    return True
 
 
 def turns_hint(turns_left: int) -> str:
@@ -244,13 +259,9 @@ class SearchEnv(gym.Env):
         if world is not None:
             max_question = world.max_question_chars()
         else:
-            self._file_questions = load_questions(str(config.qa_path))
-            if config.num_objectives > len(self._file_questions):
-                raise ValueError(
-                    f"SearchEnv num_objectives={config.num_objectives} is more than the "
-                    f"{len(self._file_questions)} questions in {config.qa_path}"
-                )
-            max_question = max(len(q.question) for q in self._file_questions)
+            self._file_rows = load_questions(str(config.qa_path))
+            self._fixed_tasks = _check_file_tasks(self._file_rows, config)
+            max_question = max(len(q.question) for row in self._file_rows for q in row)
         self.retriever = backend if backend is not None else self._make_retriever()
         self.observation_space = text_space(self._max_observation_chars(max_question))
         self.action_space = text_space(config.max_action_chars)
@@ -319,9 +330,12 @@ class SearchEnv(gym.Env):
         n, self._max_turns = self._episode_size(options or {})
         if self.config.data == "synthetic":
             self.questions = encyclopedia.make_questions(task_seed, n, self.world_config)
+        elif self._fixed_tasks:
+            row = random.Random(f"search-task-{task_seed}").randrange(len(self._file_rows))
+            self.questions = self._file_rows[row][:n]
         else:
-            rows = random.Random(f"search-task-{task_seed}").sample(range(len(self._file_questions)), n)
-            self.questions = tuple(self._file_questions[i] for i in rows)
+            rows = random.Random(f"search-task-{task_seed}").sample(range(len(self._file_rows)), n)
+            self.questions = tuple(self._file_rows[i][0] for i in rows)
         self._turn = 0
         self._num_searches = 0
         self._num_invalid = 0

@@ -7,24 +7,53 @@ import pytest
 from envs.loaders import QATask, load_tasks
 
 
-def test_memagent_json_and_parquet_shapes(tmp_path):
-    rows = [
-        {"input": "Document 1: Ghost is based in New York.\nDocument 2: Other.", "query": "Where?",
-         "answer": "New York"},
-        {"input": "Document 1: Lindström lives in Malmö.", "query": "Who?", "answers": ["Lindström", "Ulf"]},
-    ]
-    (tmp_path / "hqa.json").write_text(json.dumps(rows))
-    pq.write_table(pa.Table.from_pylist(rows[1:] + rows[1:]), tmp_path / "hqa.parquet")
-    tasks = load_tasks(tmp_path / "hqa.json")
-    assert tasks[0] == QATask(
-        question="Where?",
-        documents=("Document 1: Ghost is based in New York.", "Document 2: Other."),
-        answers=("New York",),
-    )
-    assert tasks[0].context == rows[0]["input"]
-    # Accents fold to the env's printable-ASCII charset, in the context and the answers alike.
-    assert tasks[1].documents == ("Document 1: Lindstrom lives in Malmo.",) and tasks[1].answers == ("Lindstrom", "Ulf")
-    assert load_tasks(tmp_path / "hqa.parquet") == [tasks[1], tasks[1]]
+CONTEXT = "Document 1:\nGhost\nGhost is based in New York.\n\nDocument 2:\nMalmö\nLindström lives in Malmö – by the sea."
+
+
+def test_memagent_evaluation_files_read_input_as_the_question(tmp_path):
+    # eval_{num_docs}.json as the authors' convert_to_eval writes it: a JSON list, "input" is the question.
+    rows = [{"context": CONTEXT, "input": "Where is Ghost based?", "answers": ["New York"], "num_docs": 2, "index": 0},
+            {"context": CONTEXT, "input": "Who lives in Malmö?", "answers": ["Lindström", "Ulf"], "num_docs": 2,
+             "index": 1}]
+    (tmp_path / "eval_2.json").write_text(json.dumps(rows, ensure_ascii=False, indent=4), encoding="utf-8")
+    (tmp_path / "eval_2.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    tasks = load_tasks(tmp_path / "eval_2.json")
+    assert tasks[0] == QATask(question="Where is Ghost based?", documents=tuple(CONTEXT.split("\n")),
+                              answers=("New York",))
+    assert tasks[0].context == CONTEXT  # Unicode kept, en dash and accents included
+    assert tasks[1].question == "Who lives in Malmö?" and tasks[1].answers == ("Lindström", "Ulf")
+    assert load_tasks(tmp_path / "eval_2.jsonl") == tasks
+
+
+def test_memagent_training_parquet_and_process_rows(tmp_path):
+    # hotpotqa_train_process.parquet (verl): the question is the prompt, the answers the ground truth.
+    verl = [{"data_source": "hotpotqa", "prompt": [{"role": "user", "content": "Where is Ghost based?"}],
+             "context": CONTEXT, "ability": "memory", "reward_model": {"style": "rule", "ground_truth": ["New York"]},
+             "extra_info": {"index": 0, "question": "Where is Ghost based?", "num_docs": 2}}]
+    pq.write_table(pa.Table.from_pylist(verl), tmp_path / "hotpotqa_train_process.parquet")
+    # dataset_process.py's rows: question, solution, context.
+    process = [{"question": "Who lives in Malmö?", "solution": ["Lindström"], "context": CONTEXT}]
+    pq.write_table(pa.Table.from_pylist(process), tmp_path / "hotpotqa_dev_process.parquet")
+    (task,) = load_tasks(tmp_path / "hotpotqa_train_process.parquet")
+    assert (task.question, task.answers, task.context) == ("Where is Ghost based?", ("New York",), CONTEXT)
+    (task,) = load_tasks(tmp_path / "hotpotqa_dev_process.parquet")
+    assert (task.question, task.answers) == ("Who lives in Malmö?", ("Lindström",))
+
+
+def test_a_right_and_a_wrong_answer_score_on_a_memagent_file(tmp_path):
+    from envs.chunk_stream import ChunkStreamEnv
+
+    rows = [{"context": CONTEXT, "input": "Who lives in Malmö?", "answers": ["Lindström"], "num_docs": 2, "index": 0}]
+    (tmp_path / "eval_2.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    env = ChunkStreamEnv(task="file", data_path=str(tmp_path / "eval_2.json"), chunk_tokens=8)
+    for answer, reward in (("\\boxed{Lindström}", 1.0), ("\\boxed{Lindstrom}", 0.0)):
+        obs, info = env.reset(seed=0)
+        read = obs
+        while info["phase"] == "memory":
+            obs, _, _, _, info = env.step("memory")
+            read += obs
+        assert read == CONTEXT and info["question"] == "Who lives in Malmö?"
+        assert env.step(answer)[1] == reward
 
 
 def test_plain_jsonl(tmp_path):
@@ -39,15 +68,17 @@ def test_plain_jsonl(tmp_path):
 @pytest.mark.parametrize(
     "row, message",
     [
-        ({"context": "c", "answers": ["a"]}, r"line 2: no question key; allowed keys are 'question', 'query'"),
-        ({"question": "q", "answers": ["a"]}, r"line 2: no context key; allowed keys are 'context', 'input'"),
-        ({"question": "q", "context": "c"}, r"line 2: no answers key; allowed keys are 'answers', 'answer'"),
+        ({"context": "c", "answers": ["a"]}, r"line 2: no question key; allowed keys are 'question', 'query', 'input'"),
+        ({"question": "q", "answers": ["a"]}, r"line 2: no context key; allowed keys are 'context', found"),
+        ({"question": "q", "context": "c"}, r"line 2: no answers key; allowed keys are 'answers', 'answer', 'golden_"),
         ({"question": "q", "context": "c", "answers": []}, "line 2: answers must be a non-empty"),
         ({"question": "q", "context": "c", "answers": [3]}, "line 2: answers must be a non-empty"),
         ({"question": "", "context": "c", "answers": ["a"]}, "line 2: the question must be a non-empty string"),
         ({"question": "q", "context": ["c"], "answers": ["a"]}, "line 2: the context must be a string"),
         ([1, 2], "line 2: a row must be an object"),
-        ({"question": "q", "context": "c", "answers": ["\u6771\u4eac"]}, "line 2: answers .* no printable-ASCII text"),
+        ({"prompt": "q", "reward_model": {"ground_truth": ["a"]}, "context": "c"}, "line 2: 'prompt' must be a chat"),
+        ({"prompt": [{"role": "user", "content": "q"}], "reward_model": {}, "context": "c"},
+         "line 2: 'reward_model' must hold ground_truth"),
     ],
 )
 def test_bad_rows_name_file_line_and_key(tmp_path, row, message):
@@ -68,7 +99,7 @@ def test_bad_files_are_named(tmp_path):
     (tmp_path / "rows.json").write_text('[{"question": "q", "context": "c", "answers": "a"}, {"query": "q"}]')
     with pytest.raises(ValueError, match=r"rows.json row 1: no (context|answers) key"):
         load_tasks(tmp_path / "rows.json")
-    pq.write_table(pa.Table.from_pylist([{"question": "q", "input": "c"}]), tmp_path / "noans.parquet")
+    pq.write_table(pa.Table.from_pylist([{"question": "q", "context": "c"}]), tmp_path / "noans.parquet")
     with pytest.raises(ValueError, match=r"noans.parquet row 0: no answers key"):
         load_tasks(tmp_path / "noans.parquet")
     (tmp_path / "empty.jsonl").write_text("\n")

@@ -68,7 +68,7 @@ def test_format_information_is_search_r1_style():
     assert format_information([]) == f"<information>{NO_RESULTS}</information>"
     odd = [{"id": "x", "title": "Malmö", "text": "line one\nline two " + "long " * 50, "score": 1.0}]
     line = format_information(odd, max_doc_chars=40)
-    assert line == "<information>Doc 1(Title: Malmo) line one line two lo</information>"
+    assert line == "<information>Doc 1(Title: Malmö) line one line two lo</information>"  # Unicode kept
     with pytest.raises(ValueError, match="max_doc_chars must be an int >= 1"):
         format_information(odd, max_doc_chars=0)
 

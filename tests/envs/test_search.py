@@ -265,25 +265,90 @@ def test_file_data(files, tmp_path):
 def test_question_files(tmp_path):
     hotpot = [{"_id": "a", "question": "Which   magazine\nfirst?", "answer": "Arthur's Magazine"}]
     (tmp_path / "hotpot.json").write_text(json.dumps(hotpot))
-    assert [(q.question, q.answers) for q in load_questions(str(tmp_path / "hotpot.json"))] == [
+    assert [(q.question, q.answers) for (q,) in load_questions(str(tmp_path / "hotpot.json"))] == [
         ("Which magazine first?", ("Arthur's Magazine",))
     ]
     search_r1 = [{"id": "t1", "question": "who sang ö?", "golden_answers": ["Björk", "Bjork G."], "data_source": "nq"}]
     pq.write_table(pa.Table.from_pylist(search_r1), tmp_path / "train.parquet")
-    (q,) = load_questions(str(tmp_path / "train.parquet"))
-    assert (q.question, q.answers) == ("who sang o?", ("Bjork", "Bjork G."))
+    ((q,),) = load_questions(str(tmp_path / "train.parquet"))
+    assert (q.question, q.answers) == ("who sang ö?", ("Björk", "Bjork G."))
     (tmp_path / "nq.jsonl").write_text(json.dumps({"query": "q?", "answers": ["x"]}) + "\n")
-    assert load_questions(str(tmp_path / "nq.jsonl"))[0].answers == ("x",)
+    assert load_questions(str(tmp_path / "nq.jsonl"))[0][0].answers == ("x",)
+    # Search-R1's verl rows: the question is the prompt's last "Question:" line, the answers its target.
+    verl = [{"data_source": "nq", "prompt": [{"role": "user", "content": "Answer the given question. ...\n"
+                                                                          "Question: who sang ö?\n"}],
+             "ability": "fact-reasoning", "reward_model": {"style": "rule", "ground_truth": {"target": ["Björk"]}},
+             "extra_info": {"split": "train", "index": 0}}]
+    pq.write_table(pa.Table.from_pylist(verl), tmp_path / "search_r1.parquet")
+    ((q,),) = load_questions(str(tmp_path / "search_r1.parquet"))
+    assert (q.question, q.answers) == ("who sang ö?", ("Björk",))
+
+
+MEM1_INSTRUCTIONS = ("You will answer multiple complex questions using iterative reasoning, summarization, and web "
+                     "search.\n\n2. Then provide the final answers\u2014separated by semicolons\u2014within <answer> "
+                     "answer1; answer2; ... </answer>.\n\nAnswer the following questions: {questions}\n")
+
+
+def _mem1_row(questions, targets, split="train", index=0):
+    return {"data_source": "hotpotqa",
+            "prompt": [{"role": "user", "content": MEM1_INSTRUCTIONS.format(questions="; ".join(questions))}],
+            "ability": "fact-reasoning", "reward_model": {"style": "rule", "ground_truth": {"target": targets}},
+            "extra_info": {"split": split, "index": index}}
+
+
+def test_mem1_multi_objective_rows_are_fixed_tasks(tmp_path, files):
+    rows = [_mem1_row(["Who founded Trorum?", "When was Trorum founded?", "Where is Zürich; or Bern?"],
+                      [["Dulia"], ["1901", "in 1901"], ["Switzerland"]]),
+            _mem1_row(["Who founded Trorum?", "Who is Dulia?", "What is 東京?"], [["Dulia"], ["a founder"], ["Tokyo"]],
+                      index=1)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    (tmp_path / "test.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    loaded = load_questions(str(tmp_path / "train.parquet"))
+    assert [[q.question for q in row] for row in loaded] == [
+        ["Who founded Trorum?", "When was Trorum founded?", "Where is Zürich; or Bern?"],  # split at "?; " here
+        ["Who founded Trorum?", "Who is Dulia?", "What is 東京?"]]
+    assert loaded[0][1].answers == ("1901", "in 1901") and loaded[1][2].answers == ("Tokyo",)
+    assert load_questions(str(tmp_path / "test.jsonl")) == loaded
+    corpus = files["corpus_path"]
+    env = SearchEnv(data="file", qa_path=str(tmp_path / "test.jsonl"), corpus_path=corpus, num_objectives=3)
+    seen = set()
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        seen.add(tuple(info["questions"]))
+        assert obs.splitlines()[0].startswith("Question 1: Who founded Trorum?")
+    assert seen == {tuple(q.question for q in row) for row in loaded}  # whole rows, never mixed
+    env.reset(seed=0)
+    task = env.questions
+    _, reward, terminated, _, info = env.step("<answer>" + "; ".join(q.answers[0] for q in task) + "</answer>")
+    assert terminated and reward == 3.0 and info["metrics"]["em"] == 1.0
+    env.reset(seed=0)
+    _, reward, *_ = env.step("<answer>Dulia; 1850; nowhere</answer>")
+    assert reward == 1.0
+    obs, info = env.reset(seed=0, options={"num_objectives": 2})  # fewer of the task's questions
+    assert info["questions"] == [q.question for q in task[:2]]
+    with pytest.raises(ValueError, match=r"holds 3-question tasks \(MEM1 multi-objective rows\); set num_objectives=3"):
+        SearchEnv(data="file", qa_path=str(tmp_path / "test.jsonl"), corpus_path=corpus)
+
+
+def test_mem1_rows_that_do_not_fit_are_named(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(_mem1_row(["Who?", "When?"], [["a"], ["b"], ["c"]])) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl line 1: the ground truth has answers for 3 questions, but"):
+        load_questions(str(path))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(_mem1_row(["Who?", "When?"], [["a"], ["b"]])) + "\n"
+                     + json.dumps({"question": "q", "answer": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"rows hold different numbers of questions \(\[1, 2\]\)"):
+        SearchEnv(data="file", qa_path=str(mixed), corpus_path=str(path), num_objectives=2)
 
 
 @pytest.mark.parametrize(
     "row, error, message",
     [
-        ({"q": "x", "answer": "y"}, ValueError, r"no question key; allowed keys are 'question', 'query', found \["),
-        ({"question": "x"}, ValueError, "no answers key; allowed keys are 'golden_answers', 'answers', 'answer'"),
+        ({"q": "x", "answer": "y"}, ValueError, r"no question key; allowed keys are 'question', 'query', 'input', "),
+        ({"question": "x"}, ValueError, "no answers key; allowed keys are 'answers', 'answer', 'golden_answers'"),
         ({"question": " ", "answer": "y"}, ValueError, "the question must be a non-empty string"),
         ({"question": "x", "answers": []}, ValueError, "answers must be a non-empty string or list"),
-        ({"question": "x", "answers": "漢"}, ValueError, "no printable-ASCII text left"),
         (["x"], TypeError, "a row must be an object"),
     ],
 )
