@@ -137,7 +137,8 @@ class ChunkStreamEnv(gym.Env):
 
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
-    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code, format_ok) and
+    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
+    format_ok) and
     "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
     """
 

@@ -77,8 +77,8 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
 
 def markdown(rows: list[dict]) -> str:
     """The table, one line per (policy, length)."""
-    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | "
-             "tokens/task |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em (paper's: contains a gold "
+             "answer) | F1 | peak tokens/call | tokens/task |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
                      f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['sub_em']:.3f} | "

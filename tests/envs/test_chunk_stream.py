@@ -215,7 +215,8 @@ def test_seeds_lengths_and_registration():
 
 def test_file_task(tmp_path):
     rows = [
-        {"question": f"q{i}", "context": f"Document 1: fact {i}\nDocument 2: other", "answer": f"a{i}"} for i in range(3)
+        {"question": f"q{i}", "context": f"Document 1: fact {i}\nDocument 2: other", "answer": f"a{i}"}
+        for i in range(3)
     ]
     path = tmp_path / "hqa.json"
     path.write_text(json.dumps(rows))

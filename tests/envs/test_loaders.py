@@ -6,8 +6,8 @@ import pytest
 
 from envs.loaders import QATask, load_tasks
 
-
-CONTEXT = "Document 1:\nGhost\nGhost is based in New York.\n\nDocument 2:\nMalmö\nLindström lives in Malmö – by the sea."
+CONTEXT = ("Document 1:\nGhost\nGhost is based in New York.\n\n"
+           "Document 2:\nMalmö\nLindström lives in Malmö – by the sea.")
 
 
 def test_memagent_evaluation_files_read_input_as_the_question(tmp_path):
