@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import inspect
 import re
@@ -10,6 +11,7 @@ from dataclasses import fields
 from typing import ClassVar
 
 import gymnasium as gym
+import numpy as np
 
 from envs import multihop, niah
 from envs.loaders import QATask, load_tasks
@@ -42,25 +44,111 @@ class TokenCounter:
 
     def count(self, text: str) -> int:
         """Tokens in `text`."""
+        return self.counts([text])[0]
+
+    def counts(self, texts: list[str]) -> list[int]:
+        """Tokens in each of `texts`, in one tokenizer call (a fast tokenizer works through a batch in parallel, where
+        one call per text would pay its overhead per text)."""
         if self.tokenizer is None:
-            return len(text.split())
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return [len(text.split()) for text in texts]
+        if not texts:
+            return []
+        # The Rust tokenizer itself: the transformers wrapper builds a dict per text, which costs more than counting.
+        return [len(e) for e in self.tokenizer.backend_tokenizer.encode_batch_fast(list(texts),
+                                                                                  add_special_tokens=False)]
 
-    def boundaries(self, text: str) -> list[int]:
-        """Character offsets (> 0) where a token of `text` starts: the places a long text may be cut."""
+    def token_starts(self, texts: list[str]) -> list[list[int]]:
+        """For each of `texts`, the character offset where each of its tokens starts, in order (several tokens of one
+        character, as the bytes of a non-ASCII character, share its offset); one tokenizer call for all.
+
+        A long text is tokenized in segments that end where a word starts, so the tokenizer's threads share it; the
+        offsets are the places to plan cuts at, and every piece cut is counted again on its own (`_fit`)."""
         if self.tokenizer is None:
-            starts = [m.start() for m in re.finditer(r"\S+", text)]
-        else:
-            offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-            starts = [start for start, _ in offsets]
-        return sorted({s for s in starts if 0 < s < len(text)})
+            return [[m.start() for m in re.finditer(r"\S+", text)] for text in texts]
+        segments, owners = [], []
+        for k, text in enumerate(texts):
+            for start, end in _segments(text):
+                segments.append(text[start:end])
+                owners.append((k, start))
+        backend = self.tokenizer.backend_tokenizer
+        encodings = backend.encode_batch(segments, add_special_tokens=False) if segments else []
+        out: list[list[int]] = [[] for _ in texts]
+        for (k, base), encoding in zip(owners, encodings):
+            out[k] += [base + start for start, _ in encoding.offsets]
+        return out
 
 
-def _split_long(text: str, budget: int, counter: TokenCounter) -> list[str]:
-    """`text` cut at token boundaries into pieces of at most `budget` tokens each."""
+_SEGMENT_CHARS = 1 << 16
+"""Length of the segments a long text is tokenized in."""
+
+
+def _segments(text: str) -> list[tuple[int, int]]:
+    """(start, end) of consecutive segments of about _SEGMENT_CHARS characters covering `text`, each after the first
+    starting at the whitespace before a word; a text without such a place stays whole."""
+    bounds, start = [], 0
+    while len(text) - start > _SEGMENT_CHARS:
+        match = re.compile(r"(?<=\S)\s(?=\S)").search(text, start + _SEGMENT_CHARS)
+        if match is None:
+            break
+        bounds.append((start, match.start()))
+        start = match.start()
+    return [*bounds, (start, len(text))]
+
+
+_WHITESPACE = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
+"""Every whitespace code point (none lies above U+3000)."""
+
+
+def _cut_points(text: str, starts: list[int], vectorized: bool | None = None) -> tuple[list[int], list[int], list[int]]:
+    """Where `text` (whose tokens start at `starts`) may be cut: the cut offsets (0 and len(text) included), the
+    tokens before each cut, and the indices of the cuts where a word starts (tokenizers attach a space to the word
+    after it, so a word starts at whitespace that follows a non-space). Long texts go through numpy, short ones stay
+    in Python, where numpy's per-call cost would dominate (`vectorized` forces one way)."""
+    if not (len(text) >= 4096 if vectorized is None else vectorized):
+        first_token: dict[int, int] = {}
+        for index, start in enumerate(starts):
+            if 0 < start < len(text):
+                first_token.setdefault(start, index)
+        cuts = [0, *first_token, len(text)]
+        tokens_before = [0, *first_token.values(), len(starts)]
+        word_starts = [i for i in range(1, len(cuts) - 1)
+                       if text[cuts[i]].isspace() and not text[cuts[i] - 1].isspace()]
+        return cuts, tokens_before, word_starts
+    token_starts = np.asarray(starts, dtype=np.int64)
+    inner = token_starts[(token_starts > 0) & (token_starts < len(text))]
+    cuts = np.unique(np.concatenate([[0], inner, [len(text)]]))
+    tokens_before = np.searchsorted(token_starts, cuts)
+    tokens_before[-1] = len(starts)
+    space = np.isin(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), _WHITESPACE)
+    word_start = np.zeros(len(text) + 1, dtype=bool)
+    word_start[1:-1] = space[1:] & ~space[:-1]
+    return cuts.tolist(), tokens_before.tolist(), np.flatnonzero(word_start[cuts]).tolist()
+
+
+def _plan(text: str, starts: list[int], budget: int) -> list[tuple[str, int]]:
+    """`text` (whose tokens start at `starts`) planned as consecutive pieces of at most `budget` of its tokens, each
+    ending where a word starts when one fits, with each piece's planned token count. A piece cut out of the whole
+    may tokenize to a few more tokens; `_fit` checks."""
+    cuts, tokens_before, word_starts = _cut_points(text, starts)
+    end = len(cuts) - 1
+    plan, first = [], 0
+    while first < end:
+        last = max(first + 1, bisect.bisect_right(tokens_before, tokens_before[first] + budget) - 1)
+        if last < end:
+            k = bisect.bisect_right(word_starts, last) - 1
+            if k >= 0 and word_starts[k] > first:
+                last = word_starts[k]
+        plan.append((text[cuts[first] : cuts[last]], tokens_before[last] - tokens_before[first]))
+        first = last
+    return plan or [(text, len(starts))]
+
+
+def _cut_exactly(text: str, budget: int, counter: TokenCounter) -> list[str]:
+    """`text` cut at token starts into pieces that each tokenize, on their own, to at most `budget` tokens, each as
+    long as fits (for the rare planned piece that does not fit once cut out: it is short, so counting is cheap)."""
+    cuts = sorted({s for s in counter.token_starts([text])[0] if 0 < s < len(text)}) + [len(text)]
     pieces, start = [], 0
-    cuts = counter.boundaries(text)
-    while counter.count(text[start:]) > budget:
+    while start < len(text):
         candidates = [c for c in cuts if c > start]
         lo, hi = 0, len(candidates) - 1  # largest cut whose piece fits; the first cut (one token) always does
         while lo < hi:
@@ -71,36 +159,56 @@ def _split_long(text: str, budget: int, counter: TokenCounter) -> list[str]:
                 hi = mid - 1
         pieces.append(text[start : candidates[lo]])
         start = candidates[lo]
-    pieces.append(text[start:])
-    return pieces
+    return pieces or [text]
+
+
+def _fit(pieces: list[str], budget: int, counter: TokenCounter) -> list[str]:
+    """`pieces` with each one that tokenizes to more than `budget` tokens cut exactly; counted in batches."""
+    out = []
+    for at in range(0, len(pieces), 4096):
+        batch = pieces[at : at + 4096]
+        for piece, count in zip(batch, counter.counts(batch)):
+            out += [piece] if count <= budget else _cut_exactly(piece, budget, counter)
+    return out
+
+
+def split_long(text: str, budget: int, counter: TokenCounter) -> list[str]:
+    """`text` cut into consecutive pieces of at most `budget` tokens each, at the start of a word where a word fits
+    (at any token start inside a word longer than a piece); time linear in the text's length."""
+    return _fit([piece for piece, _ in _plan(text, counter.token_starts([text])[0], budget)], budget, counter)
 
 
 def chunk_documents(documents: list[str] | tuple[str, ...], chunk_tokens: int, counter: TokenCounter) -> list[str]:
     """The context (documents joined by "\\n") cut into consecutive chunks of at most `chunk_tokens` tokens.
 
     Chunks are slices of the context, so "".join(chunks) == context; each "\\n" ends the chunk before it.
-    A document goes whole into a chunk when it fits in one; only a document longer than a chunk is split.
+    A document goes whole into a chunk when it fits in one; only a document longer than a chunk is split (see
+    `split_long`). The tokenizer sees every document a few times, in batched calls, so a 10 MB context takes
+    seconds, on one line or many.
     """
     units = [doc + "\n" for doc in documents[:-1]] + [documents[-1]] if documents else []
-    chunks, current, current_count = [], "", 0
-    for unit in units:
-        # Counting units one by one keeps long contexts linear; every unit ends in "\n", where tokenizers cut.
-        count = counter.count(unit)
-        if current_count + count <= chunk_tokens:
-            current, current_count = current + unit, current_count + count
+    # Units far longer than a chunk in characters are not counted first: their token starts count them.
+    sure = 16 * chunk_tokens
+    counts = counter.counts([unit if len(unit) <= sure else "" for unit in units])
+    long = [i for i, (unit, count) in enumerate(zip(units, counts)) if count > chunk_tokens or len(unit) > sure]
+    plans = {i: _plan(units[i], starts, chunk_tokens)
+             for i, starts in zip(long, counter.token_starts([units[i] for i in long]))}
+    chunks, current, current_count = [], [], 0
+    for i, unit in enumerate(units):
+        pieces = plans.get(i, [(unit, counts[i])])
+        # Every unit ends in "\n", where tokenizers cut, so unit counts add up within a chunk.
+        if len(pieces) == 1 and current_count + pieces[0][1] <= chunk_tokens:
+            current.append(unit)
+            current_count += pieces[0][1]
             continue
         if current:
-            chunks.append(current)
-        pieces = _split_long(unit, chunk_tokens, counter) if count > chunk_tokens else [unit]
-        chunks += pieces[:-1]
-        current, current_count = pieces[-1], counter.count(pieces[-1])
+            chunks.append("".join(current))
+        chunks += [piece for piece, _ in pieces[:-1]]
+        current, current_count = [pieces[-1][0]], pieces[-1][1]
     if current or not chunks:
-        chunks.append(current)
-    # Safety net for a tokenizer whose counts do not add up across a newline: cut such a chunk exactly.
-    exact = []
-    for chunk in chunks:
-        exact += _split_long(chunk, chunk_tokens, counter) if counter.count(chunk) > chunk_tokens else [chunk]
-    return exact
+        chunks.append("".join(current))
+    # Planned pieces, and any tokenizer whose counts do not add up across a newline, are checked here.
+    return _fit(chunks, chunk_tokens, counter)
 
 
 def _task_config(task: str, task_kwargs: dict):
@@ -121,8 +229,9 @@ def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], 
     """A function from task seed to task, and a bound on its contexts' length in characters."""
     config = _task_config(task, task_kwargs)
     if config is None:
-        tasks = load_tasks(task_kwargs["data_path"])
-        return (lambda seed: tasks[seed % len(tasks)]), max(len(t.context) for t in tasks)
+        tasks = load_tasks(task_kwargs["data_path"])  # one copy per process, shared by every env over the file
+        longest = max(sum(map(len, t.documents)) + len(t.documents) - 1 for t in tasks)
+        return (lambda seed: tasks[seed % len(tasks)]), longest
     module = {"multihop": multihop, "niah": niah}[task]
     return (lambda seed: module.make_task(seed, config)), config.max_context_chars()
 

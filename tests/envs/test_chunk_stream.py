@@ -1,3 +1,4 @@
+import itertools
 import json
 import random
 import string
@@ -7,7 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers memrl/ ids)
-from envs.chunk_stream import NO_MEMORY, ChunkStreamEnv, TokenCounter, chunk_documents
+from envs.chunk_stream import NO_MEMORY, ChunkStreamEnv, TokenCounter, _cut_points, chunk_documents
 from envs.multihop import MultiHopConfig
 from envs.multihop import make_task as multihop_task
 from envs.niah import NiahConfig
@@ -64,6 +65,53 @@ def test_chunks_by_tokenizer(tokenizer_path, chunk_tokens):
     assert counter.count("Document 1: Kema works for Dulia.") > 6  # BPE pieces, not words
     for task in sample_tasks():
         check_chunks(task, chunk_tokens, counter)
+
+
+def _long_text(words: int, seed: int = 0, newline_every: int = 0) -> str:
+    rng = random.Random(seed)
+    vocabulary = ["the", "quick", "Zürich", "東京", "–", "1901", "don't", "x", "  ", "naïve", "Straße"]
+    out = []
+    for i in range(words):
+        out.append(rng.choice(vocabulary))
+        if newline_every and i % newline_every == newline_every - 1:
+            out.append("\n")
+    return " ".join(out).replace(" \n ", "\n")
+
+
+@pytest.mark.parametrize("newline_every", [0, 7, 40])
+@pytest.mark.parametrize("chunk_tokens", [3, 8, 24])  # 3: a CJK character is 3 byte tokens
+def test_long_unicode_text_is_cut_at_word_starts_within_the_budget(tokenizer_path, newline_every, chunk_tokens):
+    counter = TokenCounter(tokenizer_path)
+    text = _long_text(3000, seed=chunk_tokens, newline_every=newline_every)
+    assert len(text) >= 4096  # the vectorized planning
+    chunks = chunk_documents(text.split("\n"), chunk_tokens, counter)
+    assert "".join(chunks) == text and all(chunks)
+    counts = counter.counts(chunks)
+    assert max(counts) <= chunk_tokens
+    if chunk_tokens >= 24:  # every word fits: every cut falls before the whitespace that starts a word, or a line
+        cuts = itertools.accumulate(len(c) for c in chunks[:-1])
+        assert all(text[c].isspace() or text[c - 1] == "\n" for c in cuts)
+        assert sum(counts) / len(counts) > chunk_tokens / 2  # pieces are full, not a token each
+
+
+def test_cut_points_are_the_same_vectorized_or_not(tokenizer_path):
+    counter = TokenCounter(tokenizer_path)
+    for text in (_long_text(50, 1), _long_text(900, 2, newline_every=9), "東京", " a  b\tc "):
+        starts = counter.token_starts([text])[0]
+        assert _cut_points(text, starts, vectorized=True) == _cut_points(text, starts, vectorized=False)
+
+
+def test_envs_over_one_file_share_one_copy_of_it(tmp_path, tokenizer_path):
+    path = tmp_path / "long.jsonl"
+    rows = [{"question": f"q{i}", "context": _long_text(2000, i), "answers": ["x"]} for i in range(3)]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    many = [ChunkStreamEnv(task="file", data_path=str(path), tokenizer_path=tokenizer_path) for _ in range(64)]
+    for env in many:
+        env.reset(seed=1)
+    assert len({id(env.task) for env in many}) == 1  # the same task object, read from the file once
+    assert len({id(env.task.documents[0]) for env in many}) == 1
+    path.write_text(json.dumps({"question": "new", "context": "c", "answers": ["x"]}))  # a changed file is read anew
+    assert ChunkStreamEnv(task="file", data_path=str(path)).reset(seed=0)[1]["question"] == "new"
 
 
 def test_env_passes_gymnasium_checker(tmp_path):
