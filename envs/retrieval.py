@@ -1,7 +1,7 @@
 """Retrieval backends for search envs: BM25 in-process, one BM25 index shared through a Ray actor, or an HTTP server.
 
 Every backend answers `search(queries, top_k) -> list[list[hit]]`, one list of hits per query, best first, where
-a hit is a dict {"id", "title", "text", "score"}. `format_information` renders hits as the `<information>` block
+a hit is a dict {"id", "title", "text", "score"} (score None from a server that sends none). `format_information` renders hits as the `<information>` block
 that Search-R1 and MEM1 show the model.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import time
 import urllib.parse
 from collections.abc import Sequence
@@ -89,8 +90,9 @@ def _check_search_args(queries, top_k) -> None:
         raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
 
 
-def _hit(passage: Passage, score: float) -> dict:
-    return {"id": passage.id, "title": passage.title, "text": passage.text, "score": float(score)}
+def _hit(passage: Passage, score: float | None) -> dict:
+    return {"id": passage.id, "title": passage.title, "text": passage.text,
+            "score": None if score is None else float(score)}
 
 
 class BM25Retriever:
@@ -213,12 +215,15 @@ class HTTPRetriever:
 
     api="search_r1" (Search-R1's and MEM1's retrieval_server.py; `url` ends in /retrieve): one POST for all
     queries, body {"queries": [...], "topk": k, "return_scores": true}, answer
-    {"result": [[{"document": {"id", "contents": "Title\\ntext"}, "score": s}, ...] per query]}.
+    {"result": [[{"document": {"id", "contents": "Title\\ntext"}, "score": s}, ...] per query]}; hits may come
+    without scores, as {"document": ...} or the bare document (MEM1's web-search servers send none).
 
     api="flashrag" (FlashRAG's retriever serving; `url` ends in /search): one POST per query, body
-    {"query": q, "top_n": k, "return_score": true}, answer [[{"id", "contents"}, ...], [score, ...]].
+    {"query": q, "top_n": k, "return_score": true}, answer [[{"id", "contents"}, ...], [score, ...]], or the list
+    of documents alone.
 
-    Documents may also come as {"id", "title", "text"}. Each POST has a deadline of `timeout_s` for the whole
+    Documents may also come as {"id", "title", "text"} or {"id", "text"}. A missing score is None; a score that is
+    not a finite number is refused. A server that sends more than `top_k` hits is cut to its first `top_k`. Each POST has a deadline of `timeout_s` for the whole
     exchange (a server that trickles bytes cannot hold it longer) and an answer is at most `max_answer_bytes`.
     A server that cannot be reached, breaks the connection or answers 5xx is asked again up to `retries` times
     (searches are read-only) with a short pause, within the deadline. What still fails raises, naming the URL:
@@ -299,15 +304,21 @@ class HTTPRetriever:
         return bytes(raw)
 
     def _hit(self, document, score, where: str) -> dict:
-        try:
-            number = float(score)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"retrieval server {self.url}: {where} has a score that is not a number: {score!r}") from e
+        if score is not None:
+            try:
+                number = float(score)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"retrieval server {self.url}: {where} has a score that is not a number: "
+                                 f"{score!r}") from e
+            if not math.isfinite(number):
+                raise ValueError(f"retrieval server {self.url}: {where} has a score that is not a finite number: "
+                                 f"{score!r}")
+            score = number
         try:
             passage = passage_from_row(document, f"retrieval server {self.url}: {where}")
         except TypeError as e:
             raise ValueError(str(e)) from e
-        return _hit(passage, number)
+        return _hit(passage, score)
 
     def search(self, queries: list[str], top_k: int) -> list[list[dict]]:
         _check_search_args(queries, top_k)
@@ -327,24 +338,27 @@ class HTTPRetriever:
             )
         out = []
         for q, hits in enumerate(result):
-            good = isinstance(hits, list) and all(isinstance(h, dict) and {"document", "score"} <= set(h) for h in hits)
-            if not good:
+            if not isinstance(hits, list) or not all(isinstance(h, dict) for h in hits):
                 raise ValueError(
-                    f"retrieval server {self.url}: result {q} should be a list of {{'document': ..., 'score': ...}}, "
-                    f"got {_preview(hits)}"
+                    f"retrieval server {self.url}: result {q} should be a list of hits ({{'document': ..., "
+                    f"'score': ...}} or documents), got {_preview(hits)}"
                 )
-            out.append([self._hit(h["document"], h["score"], f"result {q} hit {rank}") for rank, h in enumerate(hits)])
+            out.append([self._hit(h["document"], h.get("score"), f"result {q} hit {rank}") if "document" in h
+                        else self._hit(h, None, f"result {q} hit {rank}") for rank, h in enumerate(hits[:top_k])])
         return out
 
     def _flashrag(self, query: str, top_k: int) -> list[dict]:
         data = self._post({"query": query, "top_n": top_k, "return_score": True})
+        if isinstance(data, list) and all(isinstance(x, dict) for x in data):
+            return [self._hit(doc, None, f"document {rank}") for rank, doc in enumerate(data[:top_k])]
         good = isinstance(data, list) and len(data) == 2 and all(isinstance(x, list) for x in data)
         if not good or len(data[0]) != len(data[1]):
             raise ValueError(
-                f"retrieval server {self.url} should answer [documents, scores] (two lists of equal length), "
-                f"got {_preview(data)}"
+                f"retrieval server {self.url} should answer [documents, scores] (two lists of equal length) or the "
+                f"documents alone, got {_preview(data)}"
             )
-        return [self._hit(doc, score, f"document {rank}") for rank, (doc, score) in enumerate(zip(*data))]
+        hits = zip(data[0][:top_k], data[1][:top_k])
+        return [self._hit(doc, score, f"document {rank}") for rank, (doc, score) in enumerate(hits)]
 
 
 def format_information(hits: list[dict], hint: str = "", max_doc_chars: int = 1000) -> str:

@@ -138,6 +138,22 @@ class _Handler(BaseHTTPRequestHandler):
             hits = self.retriever.search([body["query"]], body["top_n"])[0]
             self._answer([[{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in hits],
                           [h["score"] for h in hits]])
+        elif self.path == "/retrieve_plain":  # MEM1's web-search servers: documents, no scores, more than asked
+            hits = self.retriever.search(body["queries"], 6)
+            self._answer({"result": [[{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in row]
+                                     for row in hits]})
+        elif self.path == "/retrieve_unscored":
+            hits = self.retriever.search(body["queries"], body["topk"])
+            self._answer({"result": [[{"document": {"id": h["id"], "text": h["text"]}} for h in row] for row in hits]})
+        elif self.path == "/search_docs":
+            hits = self.retriever.search([body["query"]], 6)[0]
+            self._answer([{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in hits])
+        elif self.path == "/search_many":
+            hits = self.retriever.search([body["query"]], 6)[0]
+            self._answer([[{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in hits],
+                          [h["score"] for h in hits]])
+        elif self.path == "/nan_score":
+            self._answer(None, raw=b'{"result": [[{"document": {"id": 1, "contents": "T\\nx"}, "score": NaN}]]}')
         elif self.path == "/not_json":
             self._answer(None, raw=b"<html>oops</html>")
         elif self.path == "/wrong_shape":
@@ -185,14 +201,28 @@ def test_http_flashrag_shape(server_url):
     ]
 
 
+def test_http_answers_without_scores_or_with_too_many_hits(server_url):
+    bm25 = BM25Retriever(PASSAGES)
+    queries = ["Kema", "Quovex founded"]
+    wanted = [[{**h, "score": None} for h in row] for row in bm25.search(queries, 2)]
+    assert max(len(row) for row in bm25.search(queries, 6)) > 2  # the servers below send more than asked
+    assert HTTPRetriever(server_url + "/retrieve_plain").search(queries, 2) == wanted
+    unscored = HTTPRetriever(server_url + "/retrieve_unscored").search(queries, 2)
+    assert unscored == [[{**h, "title": ""} for h in row] for row in wanted]  # {"id", "text"}: no title
+    for path in ("/search_docs", "/search_many"):
+        got = HTTPRetriever(server_url + path, api="flashrag").search(queries, 2)
+        assert [[h["id"] for h in row] for row in got] == [[h["id"] for h in row] for row in wanted]
+
+
 @pytest.mark.parametrize(
     "path, api, error, message",
     [
+        ("/nan_score", "search_r1", ValueError, "result 0 hit 0 has a score that is not a finite number: nan"),
         ("/not_json", "search_r1", ValueError, "did not answer JSON: b'<html>oops</html>'"),
         ("/wrong_shape", "search_r1", ValueError, r"should answer \{'result': \[a list of hits per query\]\} for 1"),
         ("/bad_hit", "search_r1", ValueError, "result 0 hit 0: a passage needs 'contents'"),
         ("/bad_score", "search_r1", ValueError, "result 0 hit 0 has a score that is not a number: 'high'"),
-        ("/flashrag_wrong", "flashrag", ValueError, r"should answer \[documents, scores\]"),
+        ("/flashrag_wrong", "flashrag", ValueError, r"should answer \[documents, scores\] \(two lists of equal"),
         ("/missing", "search_r1", RuntimeError, "answered HTTP 404"),
     ],
 )
