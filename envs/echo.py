@@ -22,15 +22,21 @@ class EchoEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, num_turns: int = 2, reward: str = "exact", max_action_chars: int = 256,
-                 step_delay_s: float = 0.0):
-        """`step_delay_s` simulates a slow world (a remote tool or search call) on every step."""
+                 step_delay_s: float = 0.0, failure_rate: float = 0.0):
+        """`step_delay_s` simulates a slow world (a remote tool or search call) on every step; `failure_rate` is the
+        share of episodes (drawn from the reset seed) that a simulated outage ends on their first step, flagged in
+        info["failure"] as an env ends an episode it cannot finish."""
         if num_turns < 1:
             raise ValueError(f"EchoEnv num_turns must be >= 1, got {num_turns}")
+        if not 0.0 <= failure_rate <= 1.0:
+            raise ValueError(f"EchoEnv failure_rate must be in [0, 1], got {failure_rate}")
         if reward not in ("exact", "similarity"):
             raise ValueError(f"EchoEnv reward={reward!r} is not allowed; choose 'exact' or 'similarity'")
         self.reward = reward
         self.num_turns = num_turns
         self.step_delay_s = step_delay_s
+        self.failure_rate = failure_rate
+        self._fails = False
         self.max_action_chars = max_action_chars
         self.observation_space = text_space(64)
         self.action_space = text_space(max_action_chars)
@@ -45,6 +51,7 @@ class EchoEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._words = [WORDS[i] for i in self.np_random.integers(0, len(WORDS), self.num_turns)]
+        self._fails = bool(self.np_random.random() < self.failure_rate) if self.failure_rate else False
         self._turn = 0
         return self._observation(), {"turn": 0}
 
@@ -52,6 +59,10 @@ class EchoEnv(gym.Env):
         if self._turn >= self.num_turns:
             raise RuntimeError("EchoEnv.step called after the episode ended; call reset() first")
         time.sleep(self.step_delay_s)
+        if self._fails:
+            self._turn = self.num_turns
+            return "", 0.0, False, True, {"turn": 1, "correct": False, "format_ok": False,
+                                          "failure": "simulated outage (EchoEnv failure_rate)"}
         reply = clean(str(action), self.max_action_chars).strip().lower()
         word = self._words[self._turn]
         correct = reply == word

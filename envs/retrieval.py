@@ -1,8 +1,8 @@
 """Retrieval backends for search envs: BM25 in-process, one BM25 index shared through a Ray actor, or an HTTP server.
 
 Every backend answers `search(queries, top_k) -> list[list[hit]]`, one list of hits per query, best first, where
-a hit is a dict {"id", "title", "text", "score"} (score None from a server that sends none). `format_information` renders hits as the `<information>` block
-that Search-R1 and MEM1 show the model.
+a hit is a dict {"id", "title", "text", "score"} (score None from a server that sends none). `format_information`
+renders hits as the `<information>` block that Search-R1 and MEM1 show the model.
 """
 
 from __future__ import annotations
@@ -223,8 +223,9 @@ class HTTPRetriever:
     of documents alone.
 
     Documents may also come as {"id", "title", "text"} or {"id", "text"}. A missing score is None; a score that is
-    not a finite number is refused. A server that sends more than `top_k` hits is cut to its first `top_k`. Each POST has a deadline of `timeout_s` for the whole
-    exchange (a server that trickles bytes cannot hold it longer) and an answer is at most `max_answer_bytes`.
+    not a finite number is refused. A server that sends more than `top_k` hits is cut to its first `top_k`. Each
+    POST has a deadline of `timeout_s` for the whole exchange (a server that trickles bytes cannot hold it longer)
+    and an answer is at most `max_answer_bytes`.
     A server that cannot be reached, breaks the connection or answers 5xx is asked again up to `retries` times
     (searches are read-only) with a short pause, within the deadline. What still fails raises, naming the URL:
     ConnectionError (unreachable, broken or late), RuntimeError (an HTTP error status), ValueError (an answer that

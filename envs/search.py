@@ -240,7 +240,9 @@ class SearchEnv(gym.Env):
     a search returns `format_information(top-k hits, turns_hint)`; an answer ends the episode (terminated) with
     the reward of SearchConfig.reward; an action that is not understood returns a message saying what is allowed
     and info["format_ok"] = 0.0. When max_turns actions pass without an answer the episode is truncated with
-    reward 0 and info["out_of_turns"] = True; a search on the last turn therefore returns nothing.
+    reward 0 and info["out_of_turns"] = True; a search on the last turn therefore returns nothing. A search that
+    a remote retriever (HTTP server, retrieval actor) fails after its retries ends the episode the same way, with
+    info["failure"] naming the error: the runtime counts such an episode and neither trains on nor scores it.
 
     info on every reset/step: question (the reset observation), questions, turn (actions taken), turns_left;
     each step adds action ("search" | "answer" | "invalid") and format_ok (this action's), a search adds query
@@ -263,6 +265,10 @@ class SearchEnv(gym.Env):
             self._fixed_tasks = _check_file_tasks(self._file_rows, config)
             max_question = max(len(q.question) for row in self._file_rows for q in row)
         self.retriever = backend if backend is not None else self._make_retriever()
+        # A search that waits on another process steps off the runner's event loop, and its failure ends only its
+        # own episode (flagged); an in-process index failing is a bug and raises.
+        self._remote = isinstance(self.retriever, (HTTPRetriever, ActorRetriever))
+        self.metadata = {**type(self).metadata, "blocking_io": self._remote}
         self.observation_space = text_space(self._max_observation_chars(max_question))
         self.action_space = text_space(config.max_action_chars)
         self.questions: tuple[SearchQuestion, ...] = ()
@@ -383,13 +389,19 @@ class SearchEnv(gym.Env):
         if kind == "invalid":
             obs = _invalid_observation(content, len(self.questions), self.turns_left)
             return obs, 0.0, False, False, {**self._info(), **step_info}
-        hits = self.retriever.search([content], config.top_k)[0]
+        try:
+            hits = self.retriever.search([content], config.top_k)[0]
+        except Exception as exc:
+            if not self._remote:
+                raise
+            return self._finish(None, step_info, failure=f"retrieval failed: {type(exc).__name__}: {exc}")
         step_info["retrieved_ids"] = [hit["id"] for hit in hits]
         obs = format_information(hits, turns_hint(self.turns_left), config.max_doc_chars)
         return obs, 0.0, False, False, {**self._info(), **step_info}
 
-    def _finish(self, predictions: list[str] | None, step_info: dict):
-        """Ends the episode: `predictions` are the answers given, None when the turns ran out."""
+    def _finish(self, predictions: list[str] | None, step_info: dict, failure: str = ""):
+        """Ends the episode: `predictions` are the answers given, None when the turns ran out or the episode failed
+        (`failure` says why)."""
         self._done = True
         n = len(self.questions)
         count_ok = predictions is not None and len(predictions) == n
@@ -419,7 +431,8 @@ class SearchEnv(gym.Env):
         info = {
             **self._info(),
             **step_info,
-            "out_of_turns": predictions is None,
+            "out_of_turns": predictions is None and not failure,
+            **({"failure": failure} if failure else {}),
             "answers": [list(q.answers) for q in self.questions],
             "metrics": metrics,
         }

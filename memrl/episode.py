@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped whenever a column is added, removed or changes meaning."""
 
 
@@ -84,6 +84,9 @@ class Trajectory:
     """Unique id of this trajectory."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Env and evaluation figures: em, f1, peak_context_tokens, num_calls, ..."""
+    failure: str = ""
+    """Why the env could not finish the episode through no fault of the policy (e.g. its retrieval server failed on
+    every retry); "" for an episode that ran its course. Failed episodes are counted, never trained on or scored."""
 
     @property
     def weight_version(self) -> int:
@@ -111,6 +114,7 @@ SCHEMA = pa.schema(
         ("weight_version", pa.int64()),
         ("traj_reward", pa.float64()),
         ("traj_metrics", pa.map_(pa.string(), pa.float64())),
+        ("failure", pa.string()),
     ],
     metadata={b"memrl.schema_version": str(SCHEMA_VERSION).encode()},
 )
@@ -159,6 +163,7 @@ def to_arrow(trajectories: list[Trajectory], metadata: dict[str, str] | None = N
             cols["weight_version"].append(conv.weight_version)
             cols["traj_reward"].append(traj.reward)
             cols["traj_metrics"].append(list(traj.metrics.items()))
+            cols["failure"].append(traj.failure)
     arrays = [pa.array(cols[f.name], type=f.type) for f in SCHEMA]
     schema = SCHEMA.with_metadata({**SCHEMA.metadata, **{k.encode(): v.encode() for k, v in (metadata or {}).items()}})
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -188,6 +193,7 @@ def from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
                     group_id=row["group_id"],
                     traj_id=row["traj_id"],
                     metrics=dict(row["traj_metrics"]),
+                    failure=row["failure"],
                 )
             )
         traj = trajectories[-1] if trajectories else None

@@ -58,10 +58,12 @@ def reward_interval(rewards) -> tuple[float, float, float]:
 
 def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
     """Mean reward and the mean of each env figure of a set of trajectories, plus the largest context, for result
-    dicts."""
+    dicts. Failed episodes (`Trajectory.failure`) are counted in num_failed and left out of every other figure."""
+    failed = sum(1 for t in trajectories if t.failure)
+    trajectories = [t for t in trajectories if not t.failure]
     if not trajectories:
-        return {}
-    out = {"reward_mean": float(np.mean([t.reward for t in trajectories]))}
+        return {"num_failed": float(failed)} if failed else {}
+    out = {"reward_mean": float(np.mean([t.reward for t in trajectories])), "num_failed": float(failed)}
     keys = sorted(set().union(*(t.metrics for t in trajectories)))
     for k in keys:
         out[f"{k}_mean"] = float(np.mean([t.metrics.get(k, 0.0) for t in trajectories]))
@@ -70,7 +72,9 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def eval_summary(trajectories: list[Trajectory]) -> dict[str, float]:
-    """`summarize`, with the mean reward's 95% interval (Wilson for 0/1 rewards, normal otherwise) and the count."""
-    mean, low, high = reward_interval([t.reward for t in trajectories])
+    """`summarize`, with the mean reward's 95% interval (Wilson for 0/1 rewards, normal otherwise) and the count of
+    tasks scored (num_tasks; failed episodes are in num_failed instead)."""
+    scored = [t for t in trajectories if not t.failure]
+    mean, low, high = reward_interval([t.reward for t in scored])
     return {**summarize(trajectories), "reward_mean": mean, "reward_ci_low": low, "reward_ci_high": high,
-            "num_tasks": float(len(trajectories))}
+            "num_tasks": float(len(scored)), "num_failed": float(len(trajectories) - len(scored))}

@@ -97,8 +97,10 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
                         it_s=f"{result['timers']['iteration_s']:.1f}")
     after_trajectories = heldout(algo, "evaluation after", bars)
     before, after = eval_summary(before_trajectories), eval_summary(after_trajectories)
-    change, low, high = paired_interval([t.reward for t in before_trajectories],
-                                        [t.reward for t in after_trajectories])
+    # Tasks where either evaluation's episode failed (its env could not finish it) have no pair to compare.
+    pairs = [(b.reward, a.reward) for b, a in zip(before_trajectories, after_trajectories)
+             if not (b.failure or a.failure)]
+    change, low, high = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
     algo.save_to_path(out / "checkpoint")
     algo.save_model(out / "model")
     algo.stop()

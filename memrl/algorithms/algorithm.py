@@ -59,7 +59,8 @@ class Algorithm(Recovery, tune.Trainable):
         run, dbg = self.cfg.env_runners_cfg, self.cfg.debugging_cfg
         self.seed = dbg.seed
         self.weight_version = 0
-        self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "groups_dropped": 0,
+        self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "trajectories_failed": 0,
+                         "groups_dropped": 0,
                          "conversations_trained": 0, "engine_restarts": 0, "learner_restarts": 0}
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
@@ -179,8 +180,9 @@ class Algorithm(Recovery, tune.Trainable):
     def _sample_training_batch(self, iteration: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
         """Sample the iteration's groups -> (all trajectories, those kept for training, runner stats).
 
-        With dynamic sampling, groups whose rewards are all equal are dropped and further rounds of fresh
-        groups are sampled (up to dynamic_sampling_max_rounds) until tasks_per_iteration groups are kept.
+        Failed episodes are counted and left out. With dynamic sampling, groups whose rewards are all equal are
+        dropped and further rounds of fresh groups are sampled (up to dynamic_sampling_max_rounds) until
+        tasks_per_iteration groups are kept.
         """
         train = self.cfg.training_cfg
         rounds = train.dynamic_sampling_max_rounds if train.dynamic_sampling else 1
@@ -192,6 +194,9 @@ class Algorithm(Recovery, tune.Trainable):
                                              seed=derive_seed(self.seed, iteration, round_))
             batch = from_arrow(table)
             trajectories += batch
+            # An episode the env could not finish (its retriever failed) says nothing of the policy: not trained on.
+            self.counters["trajectories_failed"] += sum(1 for t in batch if t.failure)
+            batch = [t for t in batch if not t.failure]
             for k, v in round_stats.items():
                 stats[k] = stats.get(k, 0.0) + v
             if train.dynamic_sampling:

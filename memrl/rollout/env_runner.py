@@ -126,6 +126,7 @@ class EnvRunner:
             raise
         self._stats["sample_s"] = time.perf_counter() - start
         self._stats["trajectories"] = len(trajectories)
+        self._stats["episodes_failed"] = sum(1 for t in trajectories if t.failure)
         return to_arrow(list(trajectories), self._metadata), dict(self._stats)
 
     async def _run_with_retries(self, index: int, task: Task) -> Trajectory:

@@ -46,7 +46,7 @@ class EnvRunnerGroup:
         self.set_engines(engines)
         self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
-                         "episodes_retried": 0, "failed_rounds": 0}
+                         "episodes_retried": 0, "episodes_failed": 0, "failed_rounds": 0}
         self._budget = FailureBudget(max_failures, failure_window_s, "env runner")
         get([r.ping.remote() for r in self.runners], start_timeout_s, f"starting {num_runners} env runners",
             "fault_tolerance.actor_start_timeout_s")
@@ -104,6 +104,7 @@ class EnvRunnerGroup:
             )
         self.counters["trajectories_returned"] += len(returned)
         self.counters["episodes_retried"] += int(stats.get("episode_retries", 0))
+        self.counters["episodes_failed"] += int(stats.get("episodes_failed", 0))
         return table, stats
 
     def _submit(self, i: int, chunk: list[Task], seed: int | None):

@@ -6,13 +6,20 @@ Who answers is an argument: an engine (env runners, held-out evaluation), a gree
 evaluation) or the scripted expert (SFT's training rows). Episodes that run concurrently in one event loop share
 a `BatchingResponder`, so every request pending at the same moment goes to the engine as one batch; env steps are
 synchronous, so the batches are the same on every run with the same seeds.
+
+An env whose `metadata["blocking_io"]` is true (a search env asking an HTTP server or a retrieval actor) steps in a
+worker thread instead, so one slow request holds up only its own episode; which requests then share an engine
+batch depends on the server's timing. An env that cannot finish an episode through no fault of the policy ends it
+with `info["failure"]` saying why; the trajectory carries it and is counted, not trained on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -80,7 +87,11 @@ async def run_episode(
         if check_action is not None:
             check_action(action)
         t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = env.step(action)
+        if env.metadata.get("blocking_io"):
+            step = asyncio.get_running_loop().run_in_executor(_io_threads(), env.step, action)
+            obs, reward, terminated, truncated, info = await step
+        else:
+            obs, reward, terminated, truncated, info = env.step(action)
         timers["env_s"] += time.perf_counter() - t0
         total_reward += float(reward)
         conversations.append(Conversation(prompt_ids=prompt, response_ids=out.token_ids, logprobs=out.logprobs,
@@ -114,7 +125,13 @@ async def run_episode(
         context_overflow=float(overflow),
     )
     return Trajectory(conversations, reward=total_reward, group_id=task.group_id, traj_id=task.traj_id,
-                      metrics=metrics)
+                      metrics=metrics, failure=str(info.get("failure", "")))
+
+
+@functools.lru_cache(maxsize=1)
+def _io_threads() -> ThreadPoolExecutor:
+    """The threads env steps that wait on I/O run in (one pool per process; they wait, they do not compute)."""
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="env-io")
 
 
 class BatchingResponder:

@@ -125,6 +125,24 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     algo.stop()
 
 
+def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint):
+    config = _config(tiny_checkpoint, "torch").environment(
+        env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4})
+    algo = config.build()
+    result = algo.train()
+    counters = result["counters"]
+    failed = counters["trajectories_failed"]
+    assert 0 < failed < 12 and counters["episodes_failed"] == failed == result["env_runners"]["num_failed"]
+    assert counters["trajectories_sampled"] == 12 and counters["trajectories_trained"] == 12 - failed
+    assert result["learners"]["rows"] == 2 * (12 - failed)  # two calls per finished episode, none of a failed one
+    trajectories = algo.heldout_trajectories(16)
+    evaluation = algo.evaluate(16)
+    scored = [t.reward for t in trajectories if not t.failure]
+    assert evaluation["num_failed"] == 16 - len(scored) > 0 and evaluation["num_tasks"] == len(scored)
+    assert evaluation["reward_mean"] == pytest.approx(np.mean(scored))
+    algo.stop()
+
+
 def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tiny_checkpoint, tmp_path, monkeypatch):
     # With the exact-match reward an untrained model scores 0 everywhere: every group has zero variance.
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

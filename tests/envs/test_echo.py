@@ -52,3 +52,15 @@ def test_bad_config_and_misuse_are_named():
     env.step("x")
     with pytest.raises(RuntimeError, match="after the episode ended"):
         env.step("x")
+
+
+def test_a_simulated_outage_ends_the_episode_flagged():
+    env = EchoEnv(num_turns=3, failure_rate=1.0)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(env.expert_action())
+    assert (obs, reward, terminated, truncated) == ("", 0.0, False, True) and "simulated outage" in info["failure"]
+    sometimes = EchoEnv(failure_rate=0.5)
+    fails = [sometimes.reset(seed=s) and sometimes._fails for s in range(40)]
+    assert 0 < sum(fails) < 40 and fails == [sometimes.reset(seed=s) and sometimes._fails for s in range(40)]
+    with pytest.raises(ValueError, match=r"failure_rate must be in \[0, 1\], got 2"):
+        EchoEnv(failure_rate=2)

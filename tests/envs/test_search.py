@@ -369,10 +369,12 @@ def test_injected_and_http_backends(files):
                     **files)
     assert isinstance(env.retriever, HTTPRetriever) and env.retriever.api == "flashrag"
     assert (env.retriever.timeout_s, env.retriever.retries) == (5, 0)
+    assert env.metadata["blocking_io"] and not SearchEnv(**files).metadata["blocking_io"]
     env.reset(seed=0)
-    # A retrieval server that is down is an infrastructure failure, not the model's: it raises.
-    with pytest.raises(ConnectionError, match="cannot reach the retrieval server"):
-        env.step("<search>Trorum</search>")
+    # A retrieval server that is down is an infrastructure failure, not the model's: the episode ends, flagged.
+    obs, reward, terminated, truncated, info = env.step("<search>Trorum</search>")
+    assert (obs, reward, terminated, truncated) == ("", 0.0, False, True) and not info["out_of_turns"]
+    assert info["failure"].startswith("retrieval failed: ConnectionError: cannot reach the retrieval server")
 
 
 def test_bm25_index_is_built_once_per_process():

@@ -4,6 +4,7 @@ import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -151,31 +152,41 @@ def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_check
 
 
 class _FlakyRetrieval(BaseHTTPRequestHandler):
-    """A Search-R1-shaped retrieval server over the synthetic encyclopedia that answers HTTP 500 to the requests
-    numbered in `failing` (all of them when it is None)."""
+    """A retrieval server over the synthetic encyclopedia in the shape MEM1's web-search servers answer: documents
+    without scores, twice as many as asked. It answers HTTP 500 to the requests numbered in `failing` (all of them
+    when it is None) and holds the requests numbered in `slow` for `delay_s` first."""
 
     retriever = BM25Retriever(make_world(EncyclopediaConfig()).passages)
     failing: set | None = {2, 5, 9}
     """Request numbers (from 1) answered with HTTP 500; tests set it."""
+    slow: ClassVar[set] = set()
+    """Request numbers answered after `delay_s`."""
+    delay_s = 2.0
     requests = 0
+    log: ClassVar[list] = []
+    """(request number, time it arrived, time it was answered)."""
 
     def log_message(self, *args):
         pass
 
     def do_POST(self):
+        arrived = time.monotonic()
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests += 1
-        if self.failing is None or self.requests in self.failing:
+        number = self.requests
+        if number in self.slow:
+            time.sleep(self.delay_s)
+        if self.failing is None or number in self.failing:
             data, status = b"overloaded", 500
         else:
-            hits = self.retriever.search(body["queries"], body["topk"])
-            result = [[{"document": {"id": h["id"], "contents": f"{h['title']}\n{h['text']}"}, "score": h["score"]}
-                       for h in row] for row in hits]
+            hits = self.retriever.search(body["queries"], 2 * body["topk"])
+            result = [[{"id": h["id"], "contents": f"{h['title']}\n{h['text']}"} for h in row] for row in hits]
             data, status = json.dumps({"result": result}).encode(), 200
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        self.log.append((number, arrived, time.monotonic()))
 
 
 @pytest.fixture()
@@ -183,15 +194,17 @@ def flaky_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyRetrieval)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _FlakyRetrieval.failing, _FlakyRetrieval.requests = {2, 5, 9}, 0
+    _FlakyRetrieval.failing, _FlakyRetrieval.slow, _FlakyRetrieval.requests = {2, 5, 9}, set(), 0
+    _FlakyRetrieval.log = []
     yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
     server.shutdown()
     server.server_close()
 
 
-def _search_spec(tiny_checkpoint, url, **fields) -> EnvRunnerSpec:
+def _search_spec(tiny_checkpoint, url, http_retries: int = 0, **fields) -> EnvRunnerSpec:
     return EnvRunnerSpec(env="memrl/Search-v0",
-                         env_config={"num_objectives": 1, "max_turns": 3, "retriever": url, "http_retries": 0},
+                         env_config={"num_objectives": 1, "max_turns": 3, "top_k": 2, "retriever": url,
+                                     "http_retries": http_retries},
                          workflow="react", workflow_config={}, tokenizer_path=str(tiny_checkpoint),
                          sampling=SamplingConfig(max_tokens=12), num_envs=4, **fields)
 
@@ -213,36 +226,41 @@ def _scripted_search_engine(tiny_checkpoint):
     return ray.remote(num_cpus=0)(_Searcher).remote(str(tiny_checkpoint), seed=0)
 
 
-def test_episodes_hit_by_a_flaky_retriever_are_rerun_on_fresh_envs(ray_session, tiny_checkpoint, flaky_server):
+def test_a_failed_search_ends_only_its_episode_and_a_slow_one_holds_up_only_its_own(ray_session, tiny_checkpoint,
+                                                                                       flaky_server):
+    # Requests 2 and 5 fail (no retry: http_retries=0); request 3 takes 2 s.
+    _FlakyRetrieval.failing, _FlakyRetrieval.slow = {2, 5}, {3}
     engine = _scripted_search_engine(tiny_checkpoint)
-    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, episode_retries=5), [engine], num_runners=2)
-    tasks = _tasks(8)
+    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server), [engine], num_runners=1)
+    tasks = _tasks(4)
     table, stats = group.sample(tasks, seed=0)
-    trajs = from_arrow(table)
-    assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
-    # every episode searched until its turns ran out: 3 searches each, none cut short by a failure
-    assert all(t.metrics["num_searches"] == 3 and len(t.conversations) == 3 for t in trajs)
-    assert group.counters["episodes_retried"] == stats["episode_retries"] == 3  # one per failed request
-    assert group.counters["runner_failures"] == 0
-    # the next round starts on idle runners and fresh envs: nothing of the failed attempts carries over
-    again, _ = group.sample(tasks, seed=1)
-    assert len(from_arrow(again)) == 8
+    trajs = {t.traj_id: t for t in from_arrow(table)}
+    assert sorted(trajs) == sorted(t.traj_id for t in tasks)  # every episode comes back, the failed ones flagged
+    failed = [t for t in trajs.values() if t.failure]
+    assert len(failed) == 2 and all("answered HTTP 500" in t.failure for t in failed)
+    assert all(t.metrics["num_searches"] == 3 and len(t.conversations) == 3 and t.metrics["truncated"] == 0
+               for t in trajs.values() if not t.failure)  # the other ran its course
+    assert stats["episodes_failed"] == group.counters["episodes_failed"] == 2
+    assert group.counters["episodes_retried"] == group.counters["runner_failures"] == 0
+    # While request 3 was held, the other episodes' searches went on: the runner's loop was not blocked.
+    (_, slow_start, slow_end), = [entry for entry in _FlakyRetrieval.log if entry[0] == 3]
+    assert any(slow_start < arrived < slow_end for number, arrived, _ in _FlakyRetrieval.log if number != 3)
     group.shutdown()
     ray.kill(engine)
 
 
-def test_an_episode_failing_every_attempt_ends_the_round_naming_the_task(ray_session, tiny_checkpoint, flaky_server):
-    _FlakyRetrieval.failing = None
+def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episodes_not_the_round(
+        ray_session, tiny_checkpoint, flaky_server):
     engine = _scripted_search_engine(tiny_checkpoint)
-    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, episode_retries=1), [engine], num_runners=2)
-    with pytest.raises(EpisodeFailed, match=r"task t\d+ \(env seed \d+\) failed 2 times; the last error: "
-                                            r"RuntimeError: retrieval server http://127.0.0.1:\d+/retrieve "
-                                            r"answered HTTP 500"):
-        group.sample(_tasks(4))
-    assert group.counters["failed_rounds"] == 1 and group.counters["runner_failures"] == 0
-    # The failed round left the runners idle: the next one (one request failing) completes.
-    _FlakyRetrieval.failing, _FlakyRetrieval.requests = {2}, 0
-    assert len(from_arrow(group.sample(_tasks(2))[0])) == 2
+    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, http_retries=1), [engine], num_runners=2)
+    trajs = from_arrow(group.sample(_tasks(8), seed=0)[0])
+    assert len(trajs) == 8 and not any(t.failure for t in trajs)  # each failed request was asked again
+    assert all(t.metrics["num_searches"] == 3 for t in trajs)
+    _FlakyRetrieval.failing = None  # the server is down for good
+    trajs = from_arrow(group.sample(_tasks(4), seed=1)[0])
+    assert len(trajs) == 4 and all(t.failure.startswith("retrieval failed: RuntimeError: retrieval server "
+                                                        "http://127.0.0.1:") for t in trajs)
+    assert group.counters["episodes_failed"] == 4 and group.counters["failed_rounds"] == 0
     group.shutdown()
     ray.kill(engine)
 
