@@ -93,7 +93,8 @@ def paper_config(model: str, num_gpus: int, data_path: str | None = None) -> DAP
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--data", help="GPU runs: local training file (question, context, answers), else synthetic tasks")
+    p.add_argument("--data", help="GPU runs: local training file (MemAgent's eval/training files or question, "
+                   "context, answers rows; README 'Data files'), else synthetic tasks")
     args = p.parse_args()
     run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
                 lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=40)

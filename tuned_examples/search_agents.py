@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from envs.search import load_questions
 from memrl.config import AlgorithmConfig
 from tuned_examples.common import parser, run_example, size_for_gpus
 
@@ -78,12 +79,16 @@ def paper_preset(config: AlgorithmConfig, workflow: str, reward: str, max_turns:
                  qa_path: str | None = None, retriever: str | None = None, *, max_tokens: int = 1024,
                  workflow_config: dict | None = None) -> AlgorithmConfig:
     """What the search examples' GPU presets share, on `config` (the example then sets its paper's training
-    settings): two questions per task from the local QA file `qa_path` (else the synthetic encyclopedia), passages
+    settings): two questions per task from the local QA file `qa_path` (as many as each row holds for MEM1's
+    multi-objective rows; else the synthetic encyclopedia), passages
     from the HTTP `retriever` (else BM25 in process), the paper's reward and turn budget, `workflow` with the
     paper's prompt, 64 episodes in flight per runner, 256 held-out tasks, sized for `num_gpus`."""
     env = {"num_objectives": NUM_OBJECTIVES, "max_turns": max_turns, "reward": reward}
     if qa_path:
-        env.update(data="file", qa_path=qa_path)
+        # MEM1's rows are fixed tasks of as many questions as each holds (read when the file is here already).
+        counts = {len(row) for row in load_questions(qa_path)} if Path(qa_path).is_file() else set()
+        fixed = len(counts) == 1 and counts != {1}
+        env.update(data="file", qa_path=qa_path, num_objectives=counts.pop() if fixed else NUM_OBJECTIVES)
     if retriever:
         env.update(retriever=retriever)
     cfg = (config.environment("memrl/Search-v0", env_config=env)
@@ -101,7 +106,8 @@ def run_search_example(description: str, name: str, config: Callable, paper_conf
     qa_path, retriever)` with --num-gpus, taking the GPU presets' data options --qa and --retriever (see
     paper_preset)."""
     p = parser(description)
-    p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / HotpotQA / NQ rows), else synthetic questions")
+    p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / FlashRAG / HotpotQA / NQ rows or MEM1's "
+                   "multi-objective rows; README 'Data files'), else synthetic questions")
     p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")
     args = p.parse_args()
     return run_example(p, args, name, lambda: config(args.model),

@@ -37,6 +37,15 @@ def test_paper_presets_without_data_files_use_the_synthetic_encyclopedia_and_bm2
     assert env == {"num_objectives": 2, "max_turns": 6, "reward": "em_sum"}
 
 
+def test_paper_preset_on_mem1_multi_objective_rows_asks_each_rows_questions(tmp_path):
+    row = {"prompt": [{"role": "user", "content": "Answer the following questions: a?; b?; c?\n"}],
+           "reward_model": {"ground_truth": {"target": [["x"], ["y"], ["z"]]}}}
+    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
+    env = mem1_ppo.paper_config("/ckpt/m", num_gpus=2, qa_path=str(tmp_path / "train.jsonl"),
+                                retriever=None).environment_cfg.env_config
+    assert env["num_objectives"] == 3 and env["data"] == "file"
+
+
 @pytest.mark.parametrize("workflow", WORKFLOWS)
 def test_cpu_task_experts_earn_full_reward_within_the_token_limits(tiny_checkpoint, workflow):
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
