@@ -68,6 +68,47 @@ def test_an_env_metric_that_is_not_a_number_is_named(tokenizer):
                                 respond, max_calls=2))
 
 
+UNICODE_CONTEXT = "Document 1:\nMalmö\nLindström lives in Malmö – by the sea.\n\nDocument 2:\n東京\n東京 is a city."
+
+
+@pytest.mark.parametrize("kind", ["memagent", "mem1"])
+def test_unicode_questions_and_passages_round_trip_through_env_workflow_tokenizer_and_arrow(tokenizer, tmp_path,
+                                                                                          kind):
+    import json
+
+    from memrl.episode import from_arrow, to_arrow
+    from memrl.workflows import workflow_class
+
+    question = "Who lives in Malmö – or in 東京?"
+    if kind == "memagent":
+        row = {"context": UNICODE_CONTEXT, "input": question, "answers": ["Lindström"], "num_docs": 2, "index": 0}
+        (tmp_path / "eval_2.json").write_text(json.dumps([row], ensure_ascii=False), encoding="utf-8")
+        env = gym.make("memrl/ChunkStream-v0", task="file", data_path=str(tmp_path / "eval_2.json"), chunk_tokens=64)
+        # the chunk in the first prompt, the memory written to it in the next
+        reply, shown = "Lindström lives in Malmö.", ["Lindström lives in Malmö – by the sea.", "東京 is a city."]
+    else:
+        row = {"prompt": [{"role": "user", "content": f"Answer the following questions: {question}\n"}],
+               "reward_model": {"ground_truth": {"target": [["Lindström"]]}}}
+        (tmp_path / "qa.jsonl").write_text(json.dumps(row, ensure_ascii=False), encoding="utf-8")
+        (tmp_path / "wiki.jsonl").write_text(json.dumps({"id": "0", "contents": "Malmö\nLindström lives in Malmö."},
+                                                        ensure_ascii=False), encoding="utf-8")
+        env = gym.make("memrl/Search-v0", data="file", qa_path=str(tmp_path / "qa.jsonl"),
+                       corpus_path=str(tmp_path / "wiki.jsonl"), max_turns=2)
+        reply, shown = "<think>Malmö</think><search>Malmö</search>", ["Doc 1(Title: Malmö) Lindström lives in Malmö."]
+    workflow = workflow_class(kind)(tokenizer)
+
+    async def respond(prompt_ids):
+        return _reply(tokenizer, reply)
+
+    traj = asyncio.run(run_episode(env, workflow, Task(seed=0, group_id="g", traj_id="t"), respond, max_calls=2))
+    (back,) = from_arrow(to_arrow([traj]))
+    prompts = [tokenizer.decode(c.prompt_ids) for c in back.conversations]
+    assert question in prompts[0] and len(prompts) == 2
+    assert all(text in "".join(prompts) for text in shown)  # what the env showed, unfolded
+    assert kind != "memagent" or reply in prompts[1]  # the memory, as written
+    assert tokenizer.decode(back.conversations[0].response_ids[:-1]) == reply
+
+
 def test_expert_replies_parse_back_to_the_expert_action_or_are_named(tokenizer):
     env = gym.make("memrl/Echo-v0", num_turns=2, reward="exact")
     wf = LastObservationWorkflow(tokenizer)
