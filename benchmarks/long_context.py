@@ -160,7 +160,7 @@ def plot(results: dict, path: Path) -> None:
     reset_ax.set_title(f"chunking a long context ({results['settings']['chunk_tokens']}-token chunks)")
     reset_ax.legend(fontsize=8)
     m = results["memory"]
-    memory_ax.bar(["1 env", f"{m['num_envs']} envs (shared)", f"{m['num_envs']} copies"],
+    memory_ax.bar(["1 env", f"{m['num_envs']} envs (shared)", f"a copy per env\n({m['num_envs']} x one measured)"],
                   [m["first_env_mb"], m["all_envs_mb"], m["copy_per_env_mb"]],
                   color=["tab:blue", "tab:blue", "tab:gray"])
     memory_ax.set_ylabel("resident MB added")
