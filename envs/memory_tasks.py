@@ -1,0 +1,136 @@
+"""Mem-α's tasks: a stream of chunks to memorise, then questions answered from the memory alone; and readers of the
+files the Mem-α authors and MemoryAgentBench publish.
+
+- Mem-α parquet / JSONL rows: {"instance_id", "prompt" (what the user asks the agent to memorise for), "chunks" (a
+  JSON list of strings, or the list itself), "questions_and_answers" (a JSON list of {"question", "answer"
+  [, "evidence_idx"]}), "data_source", "metadata", "num_chunks", "num_questions"}.
+- MemoryAgentBench rows: {"context" (one long text), "questions" [...], "answers" [[...] per question],
+  "metadata": {"source", ...}}; the context is cut into chunks of `chunk_tokens` tokens here.
+Errors name the file, the row and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from envs.loaders import read_rows
+from envs.text_space import printable
+
+
+@dataclass(frozen=True)
+class MemoryQuestion:
+    """One question asked after the last chunk."""
+
+    question: str
+    """The question, answered from the memory alone."""
+    answers: tuple[str, ...]
+    """Gold answers; any one of them counts."""
+    evidence: tuple[int, ...] = ()
+    """Indices of the chunks that hold the answer, when the data says (for analysis only)."""
+
+
+@dataclass(frozen=True)
+class MemoryTask:
+    """One instance: the chunks to memorise in order, then its questions."""
+
+    instance_id: str
+    """The data's id of the instance."""
+    prompt: str
+    """What the user asks the agent to memorise the chunks for (may be empty)."""
+    chunks: tuple[str, ...]
+    """The stream, one chunk per reply."""
+    questions: tuple[MemoryQuestion, ...]
+    """Asked after the last chunk."""
+    data_source: str
+    """Where the instance comes from (it picks how answers are scored, e.g. "squad", "pubmed-rct", "booksum")."""
+
+
+def _decoded(value, where: str, key: str):
+    """A field that the authors' files store either as JSON text or as the value itself."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: {key!r} is a string but not JSON ({e})") from e
+    return value
+
+
+def _strings(value, where: str, key: str) -> tuple[str, ...]:
+    """A string or a list of them, non-empty; numbers (class labels such as 3) become their text."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        value = [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{where}: {key!r} must be a non-empty list of non-empty strings, got {value!r}")
+    return tuple(printable(v) for v in value)
+
+
+def _need(row: dict, key: str, where: str):
+    if key not in row:
+        raise ValueError(f"{where}: no {key!r} key; found {sorted(row)}")
+    return row[key]
+
+
+def task_from_memalpha_row(row, where: str) -> MemoryTask:
+    """A task from one of the Mem-α authors' rows (see the module docstring)."""
+    if not isinstance(row, dict):
+        raise TypeError(f"{where}: a row must be an object, got {type(row).__name__}")
+    chunks = _strings(_decoded(_need(row, "chunks", where), where, "chunks"), where, "chunks")
+    pairs = _decoded(_need(row, "questions_and_answers", where), where, "questions_and_answers")
+    if not isinstance(pairs, list) or not pairs:
+        raise ValueError(f"{where}: 'questions_and_answers' must be a non-empty list, got {pairs!r}")
+    questions = []
+    for i, pair in enumerate(pairs):
+        at = f"{where} question {i}"
+        if not isinstance(pair, dict):
+            raise ValueError(f"{at}: must be an object with 'question' and 'answer', got {pair!r}")
+        question = _strings(_need(pair, "question", at), at, "question")[0]
+        answers = _strings(pair.get("answer", pair.get("answers")), at, "answer")
+        evidence = pair.get("evidence_idx", ())
+        evidence = (evidence,) if isinstance(evidence, int) else tuple(e for e in evidence if isinstance(e, int))
+        questions.append(MemoryQuestion(question, answers, evidence))
+    prompt = row.get("prompt") or ""
+    if not isinstance(prompt, str):
+        raise ValueError(f"{where}: 'prompt' must be a string, got {type(prompt).__name__}")
+    return MemoryTask(instance_id=str(row.get("instance_id", where)), prompt=printable(prompt), chunks=chunks,
+                      questions=tuple(questions), data_source=str(row.get("data_source", "")))
+
+
+def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: str | None = None) -> MemoryTask:
+    """A task from a MemoryAgentBench row: its context cut into chunks of at most `chunk_tokens` tokens (whitespace
+    words without a tokenizer)."""
+    from envs.chunk_stream import TokenCounter, chunk_documents
+
+    if not isinstance(row, dict):
+        raise TypeError(f"{where}: a row must be an object, got {type(row).__name__}")
+    context = _need(row, "context", where)
+    if not isinstance(context, str) or not context.strip():
+        raise ValueError(f"{where}: 'context' must be a non-empty string")
+    questions = _strings(_need(row, "questions", where), where, "questions")
+    answers = _need(row, "answers", where)
+    if not isinstance(answers, (list, tuple)) or len(answers) != len(questions):
+        raise ValueError(f"{where}: 'answers' must hold one entry per question ({len(questions)}), got {answers!r}")
+    metadata = _decoded(row.get("metadata") or {}, where, "metadata")
+    source = metadata.get("source", "") if isinstance(metadata, dict) else ""
+    chunks = chunk_documents(printable(context.strip()).split("\n"), chunk_tokens, TokenCounter(tokenizer_path))
+    return MemoryTask(
+        instance_id=str(row.get("id", where)), prompt="", chunks=tuple(chunks), data_source=str(source),
+        questions=tuple(MemoryQuestion(q, _strings(a, f"{where} answer {i}", "answers"))
+                        for i, (q, a) in enumerate(zip(questions, answers))),
+    )
+
+
+def load_memory_tasks(path: str | Path, chunk_tokens: int = 2048, tokenizer_path: str | None = None
+                      ) -> tuple[MemoryTask, ...]:
+    """Tasks of a Mem-α or MemoryAgentBench file (.parquet, .jsonl or .json), each row read by its keys: rows with
+    "chunks" are the authors', rows with "context" MemoryAgentBench's (chunked to `chunk_tokens`)."""
+    tasks = []
+    for row, where in read_rows(path):
+        if isinstance(row, dict) and "chunks" not in row and "context" in row:
+            tasks.append(task_from_benchmark_row(row, where, chunk_tokens, tokenizer_path))
+        else:
+            tasks.append(task_from_memalpha_row(row, where))
+    return tuple(tasks)
