@@ -80,6 +80,8 @@ class TokenCounter:
 
 _SEGMENT_CHARS = 1 << 16
 """Length of the segments a long text is tokenized in."""
+_WORD_GAP = re.compile(r"(?<=\S)\s(?=\S)")
+"""Whitespace between two words: where a segment may end."""
 
 
 def _segments(text: str) -> list[tuple[int, int]]:
@@ -87,7 +89,7 @@ def _segments(text: str) -> list[tuple[int, int]]:
     starting at the whitespace before a word; a text without such a place stays whole."""
     bounds, start = [], 0
     while len(text) - start > _SEGMENT_CHARS:
-        match = re.compile(r"(?<=\S)\s(?=\S)").search(text, start + _SEGMENT_CHARS)
+        match = _WORD_GAP.search(text, start + _SEGMENT_CHARS)
         if match is None:
             break
         bounds.append((start, match.start()))
@@ -172,19 +174,13 @@ def _fit(pieces: list[str], budget: int, counter: TokenCounter) -> list[str]:
     return out
 
 
-def split_long(text: str, budget: int, counter: TokenCounter) -> list[str]:
-    """`text` cut into consecutive pieces of at most `budget` tokens each, at the start of a word where a word fits
-    (at any token start inside a word longer than a piece); time linear in the text's length."""
-    return _fit([piece for piece, _ in _plan(text, counter.token_starts([text])[0], budget)], budget, counter)
-
-
 def chunk_documents(documents: list[str] | tuple[str, ...], chunk_tokens: int, counter: TokenCounter) -> list[str]:
     """The context (documents joined by "\\n") cut into consecutive chunks of at most `chunk_tokens` tokens.
 
     Chunks are slices of the context, so "".join(chunks) == context; each "\\n" ends the chunk before it.
-    A document goes whole into a chunk when it fits in one; only a document longer than a chunk is split (see
-    `split_long`). The tokenizer sees every document a few times, in batched calls, so a 10 MB context takes
-    seconds, on one line or many.
+    A document goes whole into a chunk when it fits in one; only a document longer than a chunk is split, at word
+    starts where a word fits (`_plan`, checked by `_fit`). The tokenizer sees every document a few times, in
+    batched calls, so a 10 MB context takes seconds, on one line or many.
     """
     units = [doc + "\n" for doc in documents[:-1]] + [documents[-1]] if documents else []
     # Units far longer than a chunk in characters are not counted first: their token starts count them.
@@ -247,8 +243,7 @@ class ChunkStreamEnv(gym.Env):
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
     stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
-    format_ok) and
-    "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
+    format_ok) and "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
     """
 
     metadata: ClassVar[dict] = {"render_modes": []}

@@ -130,11 +130,14 @@ def tokenizer_metadata(tokenizer) -> dict[str, str]:
             "memrl.tokenizer_vocab_sha256": hashlib.sha256(vocab).hexdigest()}
 
 
-def _check_metrics(traj: Trajectory) -> None:
-    for key, value in traj.metrics.items():
+def numeric_metrics(metrics: dict, owner: str) -> dict[str, float]:
+    """`metrics` as floats; a key that is not a string or a value that is not a real number raises a TypeError that
+    starts with `owner` (who holds the metrics, e.g. "trajectory 't7': metric")."""
+    for key, value in metrics.items():
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-            raise TypeError(f"trajectory {traj.traj_id!r}: metric {key!r} = {value!r} is not a number; trajectory "
-                            "metrics are real numbers (put text in info under another key than 'metrics')")
+            raise TypeError(f"{owner} {key!r} = {value!r} is not a number; trajectory metrics are real numbers "
+                            "(put text in info under another key than 'metrics')")
+    return {key: float(value) for key, value in metrics.items()}
 
 
 def to_arrow(trajectories: list[Trajectory], metadata: dict[str, str] | None = None) -> pa.RecordBatch:
@@ -144,7 +147,7 @@ def to_arrow(trajectories: list[Trajectory], metadata: dict[str, str] | None = N
     for traj in trajectories:
         if not traj.conversations:
             raise ValueError(f"Trajectory {traj.traj_id!r} has no conversations; every trajectory needs at least one")
-        _check_metrics(traj)
+        numeric_metrics(traj.metrics, f"trajectory {traj.traj_id!r}: metric")
         for i, conv in enumerate(traj.conversations):
             cols["traj_id"].append(traj.traj_id)
             cols["group_id"].append(traj.group_id)

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from memrl.engines.base import GenerationOutput
-from memrl.episode import Conversation, Trajectory
+from memrl.episode import Conversation, Trajectory, numeric_metrics
 from memrl.workflows.base import Workflow
 
 Respond = Callable[[list[int]], Awaitable[GenerationOutput]]
@@ -107,12 +107,7 @@ async def run_episode(
                                f"{len(conversations)} calls; it must give one per call")
         for conversation, named in zip(conversations, probes):
             conversation.probes = {name: np.asarray(ids, dtype=np.int32) for name, ids in named.items()}
-    metrics = {}
-    for key, value in info.get("metrics", {}).items():
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-            raise TypeError(f"task {task.traj_id}: env metric {key!r} = {value!r} is not a number; info['metrics'] "
-                            f"holds real numbers only ({type(env.unwrapped).__name__})")
-        metrics[key] = float(value)
+    metrics = numeric_metrics(info.get("metrics", {}), f"task {task.traj_id}: env metric")
     metrics.update(
         num_calls=float(len(conversations)),
         peak_context_tokens=float(max(c.num_tokens for c in conversations)),
