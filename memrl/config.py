@@ -26,7 +26,7 @@ from ray.tune.tune import _Config
 
 from memrl.engines import ENGINES
 from memrl.engines.base import SamplingConfig
-from memrl.learner.learner import LearnerConfig
+from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.losses import LossConfig
 
 

@@ -82,7 +82,7 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     import dataclasses
 
     from memrl.config import LEARNER_SETTINGS
-    from memrl.learner.learner import LearnerConfig
+    from memrl.learner.learner_config import LearnerConfig
 
     chosen = {f.name for f in dataclasses.fields(LearnerConfig)} - {"compute_ref", "head"}
     assert set(LEARNER_SETTINGS) == chosen

@@ -7,7 +7,6 @@ import shutil
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from memrl import rendezvous  # noqa: E402
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
+from memrl.learner.learner_config import LearnerConfig, deepspeed_config  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
 from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_buckets  # noqa: E402
 
@@ -31,112 +31,14 @@ from memrl.weight_sync import TensorMeta, broadcast_send, init_group, plan_bucke
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*", category=FutureWarning)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-"""Training dtypes a learner accepts, by name."""
+"""Parameter dtypes by their LearnerConfig name."""
 
 TRAIN_KEYS = {"lm": ("loss_mask", "old_logprobs", "advantages"), "value": ("loss_mask", "old_values", "returns")}
 """Per-response-token arrays every training row carries besides its ids, by head; a policy's "ref_logprobs" is
 optional (all rows or none)."""
 
-HEADS = ("lm", "value")
-"""What a learner trains: the policy (a causal LM) or a critic (the same backbone with a scalar value head)."""
-
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
-"""transformers attention backends a learner may use (flash_attention_2 needs its package and a GPU)."""
-
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
-
-
-@dataclass
-class LearnerConfig:
-    """How each learner rank builds its model, optimizer and micro-batches."""
-
-    model_path: str
-    """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference)."""
-    lr: float = 1e-6
-    """AdamW learning rate (constant)."""
-    weight_decay: float = 0.0
-    """AdamW decoupled weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW moment decay rates."""
-    eps: float = 1e-8
-    """AdamW denominator epsilon."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this value; 0 turns clipping off."""
-    zero_stage: int = 3
-    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters."""
-    param_persistence_threshold: int = 100_000
-    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
-    token_budget: int = 8192
-    """Most padded tokens (rows x longest row) in one forward pass."""
-    seed: int = 0
-    """Seed for torch's RNG on every rank."""
-    compute_ref: bool = False
-    """Also keep a frozen copy of the initial model to compute reference logprobs (KL terms)."""
-    dtype: str = "float32"
-    """Parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
-    attn_implementation: str = "sdpa"
-    """transformers attention backend: "sdpa" or "eager" (or "flash_attention_2" where installed)."""
-    dist_timeout_s: float = 1800.0
-    """Timeout of the learners' collectives; a rank that never arrives fails the step instead of hanging."""
-    head: str = "lm"
-    """"lm": the policy, trained with the policy-gradient (or SFT) loss; "value": a PPO critic, the checkpoint's
-    backbone with a fresh scalar head (AutoModelForTokenClassification, one label), trained on value targets."""
-
-    def __post_init__(self) -> None:
-        # model_path is checked where the learners start (LearnerGroup): a config may name a checkpoint that lives
-        # on the cluster's nodes, not on the machine that builds the config.
-        if not self.lr > 0:
-            raise ValueError(f"LearnerConfig.lr must be > 0, got {self.lr}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"LearnerConfig.weight_decay must be >= 0, got {self.weight_decay}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"LearnerConfig.betas must be two values in [0, 1), got {self.betas}")
-        if not self.eps > 0:
-            raise ValueError(f"LearnerConfig.eps must be > 0, got {self.eps}")
-        if not self.grad_clip >= 0:
-            raise ValueError(f"LearnerConfig.grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
-        if self.zero_stage not in (1, 2, 3):
-            raise ValueError(f"LearnerConfig.zero_stage must be 1, 2 or 3, got {self.zero_stage}")
-        if self.param_persistence_threshold < 0:
-            raise ValueError(
-                f"LearnerConfig.param_persistence_threshold must be >= 0, got {self.param_persistence_threshold}"
-            )
-        if self.token_budget < 1:
-            raise ValueError(f"LearnerConfig.token_budget must be >= 1, got {self.token_budget}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"LearnerConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.head not in HEADS:
-            raise ValueError(f"LearnerConfig.head must be one of {HEADS}, got {self.head!r}")
-        if self.head == "value" and self.compute_ref:
-            raise ValueError("LearnerConfig.compute_ref is for policies; a critic (head='value') has no reference")
-        if not self.dist_timeout_s > 0:
-            raise ValueError(f"LearnerConfig.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
-        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"LearnerConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got "
-                             f"{self.attn_implementation!r}")
-
-
-def deepspeed_config(config: LearnerConfig, train: bool) -> dict:
-    """The DeepSpeed config of the policy engine (train=True) or the frozen reference engine."""
-    ds = {
-        # Batches are ours (token-budget micro-batches); DeepSpeed only needs consistent numbers here.
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        # ZeRO-1/2 partition only optimizer state and gradients, which a frozen model has none of.
-        "zero_optimization": {"stage": config.zero_stage if train or config.zero_stage == 3 else 0},
-        "bf16": {"enabled": config.dtype == "bfloat16"},
-        "steps_per_print": 1 << 62,
-        "wall_clock_breakdown": False,
-    }
-    if config.zero_stage == 3:
-        ds["zero_optimization"]["stage3_param_persistence_threshold"] = config.param_persistence_threshold
-    if train:
-        # Each train_step runs a varying number of backward passes and then exactly one step(): in unmanaged
-        # mode backward() only accumulates and every step() is the boundary that reduces and updates.
-        ds["managed_gradient_accumulation"] = False
-        ds["gradient_clipping"] = config.grad_clip
-    return ds
 
 
 class Learner:

@@ -17,7 +17,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from memrl import rendezvous
 from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
-from memrl.learner.learner import Learner, LearnerConfig, check_train_rows
+from memrl.learner.learner import Learner, check_train_rows
+from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.losses import LossConfig
 from memrl.weight_sync import TensorMeta
 

@@ -8,7 +8,8 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from memrl.learner.batching import pad_rows
-from memrl.learner.learner import LearnerConfig, check_train_rows
+from memrl.learner.learner import check_train_rows
+from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 from memrl.learner.stitching import stitch

@@ -16,7 +16,8 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memrl.learner.learner import LearnerConfig, check_train_rows
+from memrl.learner.learner import check_train_rows
+from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
 from memrl.learner.stitching import stitch
