@@ -7,16 +7,13 @@ renders hits as the `<information>` block that Search-R1 and MEM1 show the model
 
 from __future__ import annotations
 
-import http.client
-import json
 import math
-import time
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from envs.http_json import JSONClient, preview
 from envs.loaders import read_rows
 from envs.text_space import printable
 
@@ -189,27 +186,6 @@ def start_retrieval_server(passages: Sequence[Passage], name: str | None = None,
     return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)), timeout_s)
 
 
-class _Transient(Exception):
-    """A failed exchange worth repeating; `error` is what to raise when no attempt is left."""
-
-    def __init__(self, error: Exception):
-        super().__init__(str(error))
-        self.error = error
-
-
-def _left(deadline: float, retriever) -> float:
-    """Seconds left before `deadline`; a TimeoutError when none are."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError(f"deadline of {retriever.timeout_s} s passed")
-    return left
-
-
-def _preview(data) -> str:
-    text = repr(data)
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
 class HTTPRetriever:
     """A client of a retrieval server over HTTP, in one of the two request shapes the field's servers speak.
 
@@ -249,60 +225,11 @@ class HTTPRetriever:
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_answer_bytes = max_answer_bytes
-        self._parts = urllib.parse.urlsplit(url)
+        self._client = JSONClient(url, timeout_s, retries, max_answer_bytes, who="retrieval server",
+                                  setting="HTTPRetriever timeout_s")
 
     def _post(self, body: dict):
-        deadline = time.monotonic() + self.timeout_s
-        for attempt in range(self.retries + 1):
-            try:
-                raw = self._exchange(json.dumps(body).encode(), deadline)
-                break
-            except _Transient as e:
-                pause = 0.2 * 2**attempt
-                if attempt == self.retries or time.monotonic() + pause >= deadline:
-                    raise e.error from None
-                time.sleep(pause)
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise ValueError(f"retrieval server {self.url} did not answer JSON: {_preview(raw)}") from e
-
-    def _exchange(self, data: bytes, deadline: float) -> bytes:
-        """One POST, its answer read in pieces with the socket's timeout set to what is left of the deadline."""
-        parts = self._parts
-        connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(parts.hostname, parts.port)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        try:
-            connection.timeout = _left(deadline, self)  # connecting
-            connection.request("POST", path, body=data, headers={"Content-Type": "application/json"})
-            sock = connection.sock  # the response reads from it even after the connection lets go of it
-            sock.settimeout(_left(deadline, self))
-            response = connection.getresponse()
-            raw = bytearray()
-            while piece := response.read1(65536):
-                raw += piece
-                if len(raw) > self.max_answer_bytes:
-                    raise ValueError(f"retrieval server {self.url} answered more than max_answer_bytes="
-                                     f"{self.max_answer_bytes} bytes")
-                sock.settimeout(_left(deadline, self))
-            if response.length:  # the connection closed before the promised Content-Length arrived
-                raise http.client.IncompleteRead(bytes(raw), response.length)
-        except TimeoutError as e:
-            raise _Transient(ConnectionError(f"retrieval server {self.url} did not answer within {self.timeout_s} s "
-                                             "(HTTPRetriever timeout_s)")) from e
-        except (OSError, http.client.HTTPException) as e:
-            raise _Transient(ConnectionError(f"cannot reach the retrieval server at {self.url} or it broke the "
-                                             f"connection ({type(e).__name__}: {e}); start the server or fix the "
-                                             "URL")) from e
-        finally:
-            connection.close()
-        if response.status >= 500:
-            raise _Transient(RuntimeError(f"retrieval server {self.url} answered HTTP {response.status}: "
-                                          f"{_preview(bytes(raw))}"))
-        if response.status >= 400:
-            raise RuntimeError(f"retrieval server {self.url} answered HTTP {response.status}: {_preview(bytes(raw))}")
-        return bytes(raw)
+        return self._client.post(body)
 
     def _hit(self, document, score, where: str) -> dict:
         if score is not None:
@@ -335,14 +262,14 @@ class HTTPRetriever:
         if not isinstance(result, list) or len(result) != len(queries):
             raise ValueError(
                 f"retrieval server {self.url} should answer {{'result': [a list of hits per query]}} for "
-                f"{len(queries)} queries, got {_preview(data)}"
+                f"{len(queries)} queries, got {preview(data)}"
             )
         out = []
         for q, hits in enumerate(result):
             if not isinstance(hits, list) or not all(isinstance(h, dict) for h in hits):
                 raise ValueError(
                     f"retrieval server {self.url}: result {q} should be a list of hits ({{'document': ..., "
-                    f"'score': ...}} or documents), got {_preview(hits)}"
+                    f"'score': ...}} or documents), got {preview(hits)}"
                 )
             out.append([self._hit(h["document"], h.get("score"), f"result {q} hit {rank}") if "document" in h
                         else self._hit(h, None, f"result {q} hit {rank}") for rank, h in enumerate(hits[:top_k])])
@@ -356,7 +283,7 @@ class HTTPRetriever:
         if not good or len(data[0]) != len(data[1]):
             raise ValueError(
                 f"retrieval server {self.url} should answer [documents, scores] (two lists of equal length) or the "
-                f"documents alone, got {_preview(data)}"
+                f"documents alone, got {preview(data)}"
             )
         hits = zip(data[0][:top_k], data[1][:top_k])
         return [self._hit(doc, score, f"document {rank}") for rank, (doc, score) in enumerate(hits)]
