@@ -124,11 +124,19 @@ class MemoryStore:
         """The store as JSON-ready data (for info and per-episode dumps)."""
         return {"core": self.core, "semantic": dict(self.semantic), "episodic": dict(self.episodic)}
 
+    def kind(self, memory_type: str) -> str:
+        """The store part a valid `memory_type` names ("semantic_memory" and "semantic" both give "semantic")."""
+        return memory_type.strip().lower().removesuffix("_memory")
+
+    def items(self, memory_type: str) -> dict[str, str]:
+        """The {id: content} items of semantic or episodic memory (live, in insertion order)."""
+        return self._items(self.kind(memory_type))
+
     # -- helpers -----------------------------------------------------------------------------
     def _kind(self, memory_type, allowed: tuple[str, ...], tool: str) -> str:
         if not isinstance(memory_type, str):
             raise ToolError(f"{tool}: memory_type must be a string, got {type(memory_type).__name__}")
-        kind = memory_type.strip().lower().removesuffix("_memory")
+        kind = self.kind(memory_type)
         offered = [k for k in allowed if k in self.enabled]
         if kind not in offered:
             raise ToolError(f"{tool}: memory_type {memory_type!r} is not allowed; choose one of "
@@ -200,6 +208,12 @@ class CallResult:
     """True when the call executed."""
     message: str
     """What happened, or why the call failed."""
+    skipped: bool = False
+    """An insert of content already stored: it ran, and changed nothing."""
+    memory_type: str = ""
+    """The memory type the call wrote (core, semantic or episodic; "" for a failed call or a delete)."""
+    content: str = ""
+    """The text the call wrote ("" for a failed call or a delete), for the content judge."""
 
 
 def _parse_arguments(text: str) -> tuple[dict | None, str]:
@@ -260,17 +274,20 @@ def execute(store: MemoryStore, call: ToolCall) -> CallResult:
                                             f"{list(_PARAMETERS[call.name])}")
     try:
         if call.name == "new_memory_insert":
-            memory_id = store.insert(**_required(call, "memory_type", "content"))
-            message = "skipped: the same content is stored already" if memory_id is None else f"inserted [{memory_id}]"
-        elif call.name == "memory_update":
-            store.update(**_required(call, "memory_type", "new_content"), memory_id=call.arguments.get("memory_id"))
-            message = "updated"
-        else:
-            store.delete(**_required(call, "memory_type"), memory_id=call.arguments.get("memory_id"))
-            message = "deleted"
+            args = _required(call, "memory_type", "content")
+            memory_id = store.insert(**args)
+            if memory_id is None:
+                return CallResult(call.name, True, "skipped: the same content is stored already", skipped=True)
+            return CallResult(call.name, True, f"inserted [{memory_id}]", memory_type=store.kind(args["memory_type"]),
+                              content=store.items(args["memory_type"])[memory_id])
+        if call.name == "memory_update":
+            args = _required(call, "memory_type", "new_content")
+            written = store.update(**args, memory_id=call.arguments.get("memory_id"))
+            return CallResult(call.name, True, "updated", memory_type=store.kind(args["memory_type"]), content=written)
+        store.delete(**_required(call, "memory_type"), memory_id=call.arguments.get("memory_id"))
+        return CallResult(call.name, True, "deleted")
     except ToolError as e:
         return CallResult(call.name, False, str(e))
-    return CallResult(call.name, True, message)
 
 
 def _required(call: ToolCall, *names: str) -> dict:
