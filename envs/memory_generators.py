@@ -1,0 +1,218 @@
+"""Synthetic Mem-α tasks, one generator per category the paper trains on, each with its difficulty knobs.
+
+- accurate retrieval ("accurate_retrieval"): dated user/assistant exchanges that state facts about fictional
+  friends and companies among small talk; questions ask for one fact, or for two chained ("In which city is the
+  company that Kema works for based?");
+- test-time learning ("test_time_learning"): labelled samples of hidden classes (labels 0-4 stand for themes the
+  data never names; each class's samples share its theme words); questions give new samples to label as \\boxed{n};
+- long-range understanding ("long_range_understanding"): a story told across the chunks; the question asks for its
+  key points and is scored by the share of key words (people, places, objects) the answer names.
+
+Every task is a function of its seed and the config, so the same seed gives the same chunks and questions.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from envs.memory_tasks import MemoryQuestion, MemoryTask
+from envs.multihop import CITIES, COMPANIES, PEOPLE
+
+CATEGORIES = ("accurate_retrieval", "test_time_learning", "long_range_understanding")
+"""Task categories (the data_source of the tasks they make)."""
+
+THEMES = (
+    ("river", "boat", "water", "fish", "bridge", "rain"),
+    ("book", "author", "page", "story", "library", "read"),
+    ("price", "product", "market", "sale", "coin", "buy"),
+    ("mountain", "snow", "climb", "peak", "cold", "rock"),
+    ("university", "student", "lesson", "exam", "teacher", "class"),
+    ("music", "song", "drum", "voice", "dance", "band"),
+    ("garden", "flower", "tree", "seed", "leaf", "grass"),
+)
+"""Theme words of the hidden classes of test-time learning (a task draws num_classes of them)."""
+FILLER = ("the", "a", "with", "and", "near", "of", "some", "new", "old", "big", "small", "one", "two")
+"""Words that carry no class and pad samples."""
+SMALL_TALK = (
+    ("What a long week it has been.", "Rest well this weekend."),
+    ("The weather is nice today.", "Enjoy the sun."),
+    ("I could not sleep last night.", "Try a short walk before bed."),
+    ("Any idea for dinner?", "A warm soup would be nice."),
+    ("I finished my book.", "Great, what will you read next?"),
+    ("Traffic was terrible this morning.", "That sounds tiring."),
+)
+"""Exchanges without facts, the distractors of accurate retrieval."""
+OBJECTS = ("lamp", "map", "key", "ring", "letter", "compass", "coat", "drum", "seed", "coin", "boat", "book")
+"""What the story's people give and find."""
+
+
+@dataclass(frozen=True)
+class MemoryGeneratorConfig:
+    """Which category to generate and its difficulty knobs."""
+
+    category: str = "accurate_retrieval"
+    """One of CATEGORIES."""
+    num_chunks: int = 6
+    """Chunks per task (each one reply of the memory agent)."""
+    num_questions: int = 4
+    """Questions per task (long-range understanding always asks one)."""
+    facts_per_chunk: int = 2
+    """Accurate retrieval: exchanges stating a fact in each chunk."""
+    small_talk_per_chunk: int = 1
+    """Accurate retrieval: exchanges without a fact in each chunk (distractors)."""
+    two_fact_share: float = 0.25
+    """Accurate retrieval: share of questions that chain two facts (a person's employer, then where it is based)."""
+    num_classes: int = 3
+    """Test-time learning: hidden classes (labels 0 .. num_classes - 1); at most 5."""
+    samples_per_chunk: int = 4
+    """Test-time learning: labelled samples in each chunk."""
+    theme_words_per_sample: int = 2
+    """Test-time learning: theme words in each sample (the rest is filler); fewer words are harder to classify."""
+    keywords: int = 6
+    """Long-range understanding: key words the summary question asks for (people, places, objects of the story)."""
+    filler_per_chunk: int = 1
+    """Long-range understanding: sentences without a key word in each chunk."""
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"MemoryGeneratorConfig.category must be one of {CATEGORIES}, got {self.category!r}")
+        for name in ("num_chunks", "num_questions", "facts_per_chunk", "samples_per_chunk", "theme_words_per_sample",
+                     "keywords"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MemoryGeneratorConfig.{name} must be an int >= 1, got {value!r}")
+        for name in ("small_talk_per_chunk", "filler_per_chunk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"MemoryGeneratorConfig.{name} must be an int >= 0, got {value!r}")
+        if not 0 <= self.two_fact_share <= 1:
+            raise ValueError(f"MemoryGeneratorConfig.two_fact_share must be in [0, 1], got {self.two_fact_share!r}")
+        if not 2 <= self.num_classes <= 5:
+            raise ValueError(f"MemoryGeneratorConfig.num_classes must be 2 to 5, got {self.num_classes!r}")
+        if self.theme_words_per_sample > len(THEMES[0]):
+            raise ValueError(f"MemoryGeneratorConfig.theme_words_per_sample must be at most {len(THEMES[0])}")
+        if self.category == "accurate_retrieval" and self.num_chunks * self.facts_per_chunk > 2 * len(PEOPLE):
+            raise ValueError("MemoryGeneratorConfig: num_chunks * facts_per_chunk must be at most "
+                             f"{2 * len(PEOPLE)} for accurate retrieval (two facts per person)")
+
+
+def make_memory_task(seed: int, config: MemoryGeneratorConfig | None = None) -> MemoryTask:
+    """The task of `seed` in `config`'s category."""
+    config = config or MemoryGeneratorConfig()
+    rng = random.Random(f"memalpha-{config.category}-{seed}")
+    make = {"accurate_retrieval": _accurate_retrieval, "test_time_learning": _test_time_learning,
+            "long_range_understanding": _long_range}[config.category]
+    chunks, questions = make(rng, config)
+    return MemoryTask(instance_id=f"{config.category}-{seed}", prompt="", chunks=tuple(chunks),
+                      questions=tuple(questions), data_source=config.category)
+
+
+def _stamp(day: int, minute: int) -> str:
+    return f"[Day {day}, {minute // 60:02d}:{minute % 60:02d}]"
+
+
+def _accurate_retrieval(rng: random.Random, config: MemoryGeneratorConfig):
+    num_facts = config.num_chunks * config.facts_per_chunk
+    people = rng.sample(PEOPLE, (num_facts + 1) // 2 + 1)
+    companies = rng.sample(COMPANIES, len(people))
+    cities = rng.sample(CITIES, 2 * len(people))
+    # Each person has an employer and a home; each employer a base. Facts are told in a random order.
+    facts = []
+    for i, person in enumerate(people):
+        facts.append(("works", person, companies[i]))
+        facts.append(("lives", person, cities[i]))
+    rng.shuffle(facts)
+    facts = facts[:num_facts]
+    told = {(kind, person): value for kind, person, value in facts}
+    bases = {}
+    for kind, person, value in facts:
+        if kind == "works":  # the company's base is told right after, in the same exchange
+            bases[value] = cities[len(people) + people.index(person)]
+    lines = {
+        "works": ("My friend {p} just started a job at {v}, which is based in {b}.",
+                  "Noted: {p} works for {v}, a company based in {b}."),
+        "lives": ("{p} told me they moved to {v} last month.", "Noted: {p} lives in {v} now."),
+    }
+    chunks, evidence, day = [], {}, 1
+    for c in range(config.num_chunks):
+        exchanges = [("fact", f) for f in facts[c * config.facts_per_chunk:(c + 1) * config.facts_per_chunk]]
+        exchanges += [("talk", rng.choice(SMALL_TALK)) for _ in range(config.small_talk_per_chunk)]
+        rng.shuffle(exchanges)
+        minute, text = rng.randrange(8 * 60, 12 * 60), []
+        for what, item in exchanges:
+            if what == "fact":
+                kind, person, value = item
+                user, assistant = lines[kind]
+                fill = {"p": person, "v": value, "b": bases.get(value, "")}
+                user, assistant = user.format(**fill), assistant.format(**fill)
+                evidence[(kind, person)] = c
+            else:
+                user, assistant = item
+            text.append(f"{_stamp(day, minute)} User: {user}\nAssistant: {assistant}")
+            minute += rng.randrange(5, 90)
+        chunks.append("\n".join(text))
+        day += rng.randrange(1, 4)
+    questions = []
+    keys = list(told)
+    rng.shuffle(keys)
+    for kind, person in keys[:config.num_questions]:
+        value = told[(kind, person)]
+        if kind == "works" and rng.random() < config.two_fact_share:
+            questions.append(MemoryQuestion(f"In which city is the company that {person} works for based?",
+                                            (bases[value],), (evidence[(kind, person)],)))
+        elif kind == "works":
+            questions.append(MemoryQuestion(f"Which company does {person} work for?", (value,),
+                                            (evidence[(kind, person)],)))
+        else:
+            questions.append(MemoryQuestion(f"In which city does {person} live?", (value,),
+                                            (evidence[(kind, person)],)))
+    return chunks, questions
+
+
+def _sample(rng: random.Random, theme: tuple[str, ...], config: MemoryGeneratorConfig) -> str:
+    words = rng.sample(theme, config.theme_words_per_sample) + rng.sample(FILLER, 3)
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def _test_time_learning(rng: random.Random, config: MemoryGeneratorConfig):
+    themes = rng.sample(THEMES, config.num_classes)  # label i stands for themes[i]; the data never says which
+    chunks, evidence = [], {}
+    for c in range(config.num_chunks):
+        lines = []
+        for _ in range(config.samples_per_chunk):
+            label = rng.randrange(config.num_classes)
+            lines.append(f"Sample: {_sample(rng, themes[label], config)}; Label: {label}")
+            evidence.setdefault(label, c)
+        chunks.append("\n".join(lines))
+    questions = []
+    for _ in range(config.num_questions):
+        label = rng.randrange(config.num_classes)
+        questions.append(MemoryQuestion(
+            f"Sample: {_sample(rng, themes[label], config)}\nWhat is the label of this sample? "
+            "Answer with the label number in \\boxed{}.", (str(label),), (evidence.get(label, 0),)))
+    return chunks, questions
+
+
+def _long_range(rng: random.Random, config: MemoryGeneratorConfig):
+    hero = rng.choice(PEOPLE)
+    companions = rng.sample([p for p in PEOPLE if p != hero], config.num_chunks)
+    places = rng.sample(CITIES, config.num_chunks)
+    objects = [rng.choice(OBJECTS) for _ in range(config.num_chunks)]
+    fillers = ("The road was long and quiet.", "It rained for most of the day.", "Nobody said much at dinner.",
+               "The night was cold.", "A market was open in the square.", "The old bridge was closed.")
+    chunks, keywords = [], [hero]
+    for c in range(config.num_chunks):
+        event = (f"In {places[c]}, {hero} met {companions[c]}, who gave {hero} a {objects[c]}."
+                 if c else f"This is the story of {hero}, who set out from {places[0]} with a {objects[0]} "
+                           f"and met {companions[0]} on the first day.")
+        sentences = [event] + [rng.choice(fillers) for _ in range(config.filler_per_chunk)]
+        rng.shuffle(sentences)
+        chunks.append(" ".join(sentences))
+        keywords += [places[c], companions[c]]
+    # The key points: the hero first, then people and places spread over the whole story.
+    picked = [keywords[0]] + rng.sample(keywords[1:], min(config.keywords, len(keywords)) - 1)
+    question = MemoryQuestion("Summarize the story: who is it about, where did they go and whom did they meet?",
+                              (", ".join(picked),), tuple(range(config.num_chunks)))
+    return chunks, [question]

@@ -1,0 +1,64 @@
+import re
+
+import pytest
+
+from envs.memory_generators import CATEGORIES, MemoryGeneratorConfig, make_memory_task
+from envs.memory_rewards import score_answer
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_tasks_are_a_function_of_seed_and_config(category):
+    config = MemoryGeneratorConfig(category=category, num_chunks=5)
+    a, b = make_memory_task(7, config), make_memory_task(7, config)
+    assert a == b and a != make_memory_task(8, config)
+    assert len(a.chunks) == 5 and a.data_source == category and a.questions
+
+
+def test_accurate_retrieval_answers_are_stated_in_their_evidence_chunk():
+    config = MemoryGeneratorConfig(num_chunks=6, facts_per_chunk=2, small_talk_per_chunk=2, num_questions=6,
+                                   two_fact_share=0.5)
+    two_fact = 0
+    for seed in range(30):
+        task = make_memory_task(seed, config)
+        assert len(task.questions) == 6
+        for chunk in task.chunks:
+            assert chunk.count("User:") == 4 and re.match(r"\[Day \d+, \d\d:\d\d\] User:", chunk)
+        for q in task.questions:
+            (gold,), (where,) = q.answers, q.evidence
+            assert gold in task.chunks[where]
+            two_fact += "the company that" in q.question
+    assert 0 < two_fact
+
+
+def test_test_time_learning_labels_follow_hidden_themes():
+    config = MemoryGeneratorConfig(category="test_time_learning", num_classes=4, samples_per_chunk=5,
+                                   num_questions=8)
+    task = make_memory_task(3, config)
+    words_of = {}
+    for chunk in task.chunks:
+        for line in chunk.splitlines():
+            sample, label = re.fullmatch(r"Sample: (.*); Label: (\d)", line).groups()
+            words_of.setdefault(label, set()).update(sample.split())
+    assert set(words_of) <= {"0", "1", "2", "3"}
+    for q in task.questions:
+        assert q.answers[0] in {"0", "1", "2", "3"} and "\\boxed{}" in q.question
+        assert score_answer(f"\\boxed{{{q.answers[0]}}}", q.answers, task.data_source) == 1.0
+
+
+def test_long_range_question_asks_for_key_words_spread_over_the_story():
+    config = MemoryGeneratorConfig(category="long_range_understanding", num_chunks=8, keywords=6)
+    task = make_memory_task(5, config)
+    (question,) = task.questions
+    keywords = [k.strip() for k in question.answers[0].split(",")]
+    assert len(keywords) == 6
+    story = " ".join(task.chunks)
+    assert all(k in story for k in keywords)
+    assert score_answer(story, question.answers, task.data_source) == 1.0
+    assert score_answer(task.chunks[0], question.answers, task.data_source) < 1.0
+
+
+@pytest.mark.parametrize("bad", [{"category": "trivia"}, {"num_chunks": 0}, {"two_fact_share": 2.0},
+                                 {"num_classes": 9}, {"small_talk_per_chunk": -1}, {"num_questions": True}])
+def test_bad_knobs_are_named(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        MemoryGeneratorConfig(**bad)
