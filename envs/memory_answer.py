@@ -1,0 +1,186 @@
+"""Answering from a Mem-α memory: what the frozen answerer is shown, and the answerer and judge backends.
+
+For each question the answerer sees the core paragraph plus the `top_k` semantic and `top_k` episodic items that
+BM25 ranks highest against the question (the paper's 20; top_k=None shows every item, as the authors' server does
+while the prompt stays short), in a system prompt, and the question as the user message. Backends, all behind
+`Answerer.answer(conversations) -> replies`:
+
+- `HTTPAnswerer`: an OpenAI-compatible chat endpoint (`/v1/chat/completions`; vLLM's server, or any service users
+  put Qwen3-32B behind), one request per question, each with its own deadline and retries;
+- `ActorAnswerer`: a named Ray actor with an `answer` method (memrl.engines.chat.ChatServer serves any memrl
+  inference engine that way).
+
+The content judge defaults to rules (envs.memory_rewards.content_valid); `LLMJudge` asks an answerer instead, with
+a prompt per memory type, and reads its {"VALID": true/false} verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from envs.http_json import JSONClient, preview
+from envs.memory_rewards import metric_for
+from envs.memory_store import MemoryStore
+
+ANSWER_SYSTEM = (
+    "You answer questions using only the memory below.\n\n"
+    "MEMORY:\n{memory}\n\n"
+    "If the memory does not hold the answer, say so. Answer briefly.{instruction}"
+)
+"""The answerer's system prompt; {memory} is the rendered memory, {instruction} the data source's extra line."""
+INSTRUCTIONS = {
+    "label": ("\nThe core memory keeps the rules of a classification task and the semantic memory labelled samples. "
+              "Give the label of the sample in the question as \\boxed{n}, n a single number."),
+    "keywords": ("\nThe core memory keeps a summary of what was read. Name the people, places and things that "
+                 "matter."),
+}
+"""Extra instruction by answer metric (envs.memory_rewards.METRICS); other metrics need none."""
+JUDGE_PROMPTS = {
+    "core": ("You check a memory system's core memory. It is not valid when it names itself (\"this is the core "
+             "memory\", \"the core memory was updated\") or is a placeholder that announces content without "
+             "giving it (\"here we keep the summary\" and no summary). Otherwise it is valid."),
+    "semantic": ("You check a memory system's semantic memory item. It is valid when it states knowledge: facts "
+                 "about someone or something, definitions, explanations, how-to knowledge or findings, including "
+                 "anything that fits neither the core memory (who the user is) nor episodic memory (dated events)."),
+    "episodic": ("You check a memory system's episodic memory item. It is valid when it records an experience or "
+                 "event with when it happened and what happened."),
+}
+"""The LLM judge's system prompt per memory type; every one asks for the same JSON verdict (JUDGE_FORMAT)."""
+JUDGE_FORMAT = ('\n\nReply with JSON only: {"VALID": true or false, "ISSUES": [problems found], '
+                '"EXPLANATION": "one sentence"}')
+_VERDICT = re.compile(r'"VALID"\s*:\s*(true|false)', re.I)
+
+
+def render_memory(core: str, semantic: Sequence[str], episodic: Sequence[str]) -> str:
+    """The memory as the answerer reads it: the core paragraph, then numbered semantic and episodic items."""
+
+    def block(name: str, items: Sequence[str]) -> str:
+        body = "\n".join(f"{i}. {item}" for i, item in enumerate(items, 1)) if items else "(empty)"
+        return f"<{name}>\n{body}\n</{name}>"
+
+    core_block = f"<core_memory>\n{core}\n</core_memory>" if core.strip() else "<core_memory>\n(empty)\n</core_memory>"
+    return "\n\n".join([core_block, block("semantic_memory", semantic), block("episodic_memory", episodic)])
+
+
+def memory_for(store: MemoryStore, question: str, top_k: int | None) -> str:
+    """The store as shown for one question: core plus the top_k BM25 items of each list (all items if None)."""
+
+    def pick(kind: str) -> list[str]:
+        if kind not in store.enabled:
+            return []
+        if top_k is None:
+            return list(store.items(kind).values())
+        return [content for _, content in store.search(kind, question, top_k)]
+
+    return render_memory(store.core if "core" in store.enabled else "", pick("semantic"), pick("episodic"))
+
+
+def answer_messages(memory: str, question: str, data_source: str) -> list[dict[str, str]]:
+    """The chat the answerer gets for one question."""
+    instruction = INSTRUCTIONS.get(metric_for(data_source), "")
+    return [{"role": "system", "content": ANSWER_SYSTEM.format(memory=memory, instruction=instruction)},
+            {"role": "user", "content": question}]
+
+
+class Answerer(Protocol):
+    def answer(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
+        """One reply per chat (a list of {"role", "content"} messages)."""
+
+
+class HTTPAnswerer:
+    """An OpenAI-compatible chat completions endpoint. `url` is the API base (".../v1") or the full
+    ".../chat/completions" URL; `model` the served model's name. Each chat is one request with a deadline of
+    `timeout_s` (connecting and the whole answer), asked again up to `retries` times when the server cannot be reached
+    or answers 5xx; up to `concurrency` requests run at once. Errors name the URL."""
+
+    def __init__(self, url: str, model: str, temperature: float = 0.7, max_tokens: int = 512,
+                 timeout_s: float = 120.0, retries: int = 2, concurrency: int = 8, api_key: str | None = None,
+                 max_answer_bytes: int = 16 * 1024**2):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"HTTPAnswerer url must start with http:// or https://, got {url!r}")
+        if not isinstance(model, str) or not model:
+            raise ValueError("HTTPAnswerer model must name the served model (the name the server lists at /v1/models)")
+        if not url.rstrip("/").endswith("/chat/completions"):
+            url = url.rstrip("/") + "/chat/completions"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.client = JSONClient(url, timeout_s, retries, max_answer_bytes, who="answerer",
+                                 setting="answerer_timeout_s", headers=headers)
+        self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
+        self.concurrency = concurrency
+
+    def _one(self, messages: list[dict[str, str]]) -> str:
+        data = self.client.post({"model": self.model, "messages": messages, "temperature": self.temperature,
+                                 "max_tokens": self.max_tokens})
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise ValueError(f"answerer {self.client.url} should answer {{'choices': [{{'message': {{'content': "
+                             f"...}}}}]}}, got {preview(data)}") from None
+        return content if isinstance(content, str) else ""
+
+    def answer(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
+        if len(conversations) <= 1:
+            return [self._one(c) for c in conversations]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
+            return list(pool.map(self._one, conversations))
+
+
+class ActorAnswerer:
+    """The client of a running Ray actor named `name` whose `answer(conversations)` gives the replies (such as
+    memrl.engines.chat.ChatServer); every call waits at most `timeout_s`. It pickles, so envs in runners can hold it."""
+
+    def __init__(self, name: str, timeout_s: float = 300.0, namespace: str | None = None):
+        self.name, self.timeout_s, self.namespace = name, timeout_s, namespace
+        self._actor = None
+
+    def answer(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
+        import ray
+
+        if self._actor is None:
+            try:
+                self._actor = ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError as e:
+                raise ValueError(f"no Ray actor named {self.name!r} is running ({e}); start the answerer first "
+                                 "(memrl.engines.chat.start_chat_server)") from None
+        ref = self._actor.answer.remote(list(conversations))
+        try:
+            return list(ray.get(ref, timeout=self.timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref)
+            raise TimeoutError(f"the answerer actor {self.name!r} gave no answer within {self.timeout_s:g} s "
+                               "(answerer_timeout_s)") from None
+
+    def __getstate__(self):
+        return {"name": self.name, "timeout_s": self.timeout_s, "namespace": self.namespace, "_actor": None}
+
+
+class LLMJudge:
+    """The memory-content judge as an LLM behind an Answerer: VALID when its reply's JSON says "VALID": true; a reply
+    without a verdict counts as not valid, as in the authors' code."""
+
+    def __init__(self, answerer: Answerer):
+        self.answerer = answerer
+
+    def judge_all(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        """A verdict for each (memory_type, content) write, asked in one batch."""
+        chats = [[{"role": "system", "content": JUDGE_PROMPTS[kind] + JUDGE_FORMAT},
+                  {"role": "user", "content": content}] for kind, content in writes]
+        return [parse_verdict(reply) for reply in self.answerer.answer(chats)] if chats else []
+
+
+def parse_verdict(reply: str) -> bool:
+    """The judge's verdict: the JSON's boolean "VALID" (a fenced block or bare JSON), else the first "VALID": x."""
+    text = reply.split("</think>")[-1]
+    fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.S)
+    try:
+        value = json.loads(fenced.group(1) if fenced else text.strip())
+        if isinstance(value, dict) and isinstance(value.get("VALID"), bool):
+            return value["VALID"]
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    match = _VERDICT.search(text)
+    return bool(match) and match.group(1).lower() == "true"

@@ -1,0 +1,293 @@
+"""memrl/MemoryStore-v0: Mem-α's memory-tool store fed by a stream of chunks, then questions answered from it.
+
+reset -> the first chunk. Each step takes one reply: in memory="tools" mode its tool calls (envs.memory_store) run
+against the episode's store; in memory="text" mode the whole reply becomes the one-paragraph memory (the flat
+memory of the MemAgent and MEM1-style baselines). The step returns the next chunk. After the last chunk's step a
+frozen answerer answers every question from the final memory (envs.memory_answer) and the episode ends.
+
+Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
+adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
+reward r_acc + beta * r_compress + r_tool + gamma * r_content, which the episode loop puts on the conversations.
+Without an answerer (answerer=None) nothing is answered: the episode ends after the last chunk with r_acc left out.
+
+info on reset and every step: phase ("memory" while chunks remain, "done" at the end), question (what the user
+asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of the chunk the observation is),
+num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls (one {"name", "ok",
+"message"} per call found in the reply), r_tool and r_content. The final step adds answers (the answerer's reply
+per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens, tool_success
+(share of the episode's calls that executed), calls_per_chunk, r_tool_mean and r_content_mean (over rows).
+With dump_dir set, each finished episode's store, answers and rewards are written there as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import gymnasium as gym
+
+from envs.memory_answer import ActorAnswerer, HTTPAnswerer, LLMJudge, answer_messages, memory_for
+from envs.memory_generators import MemoryGeneratorConfig, make_memory_task
+from envs.memory_rewards import (
+    VARIANTS,
+    compression_reward,
+    content_reward,
+    content_valid,
+    row_rewards,
+    score_answer,
+    tool_reward,
+)
+from envs.memory_store import MEMORY_TYPES, MemoryStore, execute, parse_tool_calls
+from envs.memory_tasks import MemoryTask, load_memory_tasks
+from envs.text_space import printable, text_space
+
+PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
+"""What the agent is told to memorise for when the task has no prompt of its own."""
+MEMORY_MODES = ("tools", "text")
+"""'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph."""
+JUDGES = ("rules", "answerer")
+"""Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
+
+
+@dataclass(frozen=True)
+class MemoryStoreConfig:
+    """Knobs of the memory-store env (the generator's own knobs are MemoryGeneratorConfig's)."""
+
+    data: str = "synthetic"
+    """'synthetic' (envs.memory_generators) or 'file' (data_path: the Mem-α authors' rows or MemoryAgentBench's)."""
+    data_path: str | None = None
+    """Task file for data='file' (.parquet, .jsonl, .json); reset seed i takes row i modulo the file's rows."""
+    chunk_tokens: int = 2048
+    """MemoryAgentBench rows: their context is cut into chunks of at most this many tokens."""
+    tokenizer_path: str | None = None
+    """Tokenizer that counts tokens (core limit, memory and chunk sizes); whitespace words without one."""
+    memory: str = "tools"
+    """One of MEMORY_MODES."""
+    enabled: tuple[str, ...] = MEMORY_TYPES
+    """Memory types the store offers (memory='tools')."""
+    core_max_tokens: int = 512
+    """Core memory limit in tokens; a longer update is cut at a word and marked."""
+    answerer: str | None = None
+    """Who answers the questions: an http(s):// OpenAI-compatible API base (".../v1"), "actor:NAME" for a running
+    Ray actor with an answer() method (memrl.engines.chat.ChatServer), or None to end without answering."""
+    answerer_model: str = "default"
+    """Model name sent to an HTTP answerer."""
+    answerer_timeout_s: float = 300.0
+    """Deadline of one answerer call (one question over HTTP; one episode's questions through an actor)."""
+    answerer_retries: int = 2
+    """Times an HTTP answerer request is asked again when the server cannot be reached or answers 5xx."""
+    answer_top_k: int | None = 20
+    """Semantic and episodic items shown per question (BM25 against the question); None shows all of them."""
+    judge: str = "rules"
+    """One of JUDGES: how r_content is judged."""
+    beta: float = 0.05
+    """Weight of r_compress in every row's reward."""
+    gamma: float = 0.1
+    """Weight of r_content in every row's reward."""
+    reward_variant: str = "paper"
+    """One of envs.memory_rewards.VARIANTS: 'authors_code' counts a skipped duplicate insert as a failed call and
+    matches only the first gold answer of SQuAD/HotpotQA sources."""
+    max_chunks: int | None = None
+    """Stream at most this many chunks of a task (None: all)."""
+    max_action_chars: int = 40_000
+    """Replies are cut to this many printable characters before they are parsed."""
+    dump_dir: str | None = None
+    """If set, each finished episode is written there as <instance_id>-<seed>.json."""
+    seed_offset: int = 0
+    """Task seed = reset seed + seed_offset."""
+
+    def __post_init__(self) -> None:
+        if self.data not in ("synthetic", "file"):
+            raise ValueError(f"MemoryStoreConfig.data must be 'synthetic' or 'file', got {self.data!r}")
+        if self.data == "file" and not self.data_path:
+            raise ValueError("MemoryStoreConfig: data='file' needs data_path")
+        if self.memory not in MEMORY_MODES:
+            raise ValueError(f"MemoryStoreConfig.memory must be one of {MEMORY_MODES}, got {self.memory!r}")
+        if self.judge not in JUDGES:
+            raise ValueError(f"MemoryStoreConfig.judge must be one of {JUDGES}, got {self.judge!r}")
+        if self.judge == "answerer" and self.answerer is None:
+            raise ValueError("MemoryStoreConfig: judge='answerer' needs an answerer")
+        if self.reward_variant not in VARIANTS:
+            raise ValueError(f"MemoryStoreConfig.reward_variant must be one of {VARIANTS}, got {self.reward_variant!r}")
+        if self.answerer is not None and not (isinstance(self.answerer, str) and (
+                self.answerer.startswith(("http://", "https://")) or self.answerer.startswith("actor:"))):
+            raise ValueError(f"MemoryStoreConfig.answerer must be an http(s):// URL, 'actor:NAME' or None, got "
+                             f"{self.answerer!r}")
+        for name, low in (("chunk_tokens", 1), ("core_max_tokens", 1), ("max_action_chars", 1),
+                          ("answerer_retries", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"MemoryStoreConfig.{name} must be an int >= {low}, got {value!r}")
+        for name in ("answer_top_k", "max_chunks"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"MemoryStoreConfig.{name} must be None or an int >= 1, got {value!r}")
+        if not self.answerer_timeout_s > 0:
+            raise ValueError(f"MemoryStoreConfig.answerer_timeout_s must be > 0, got {self.answerer_timeout_s!r}")
+        if not (self.beta >= 0 and self.gamma >= 0):
+            raise ValueError(f"MemoryStoreConfig.beta and gamma must be >= 0, got {self.beta!r} and {self.gamma!r}")
+        MemoryStore(enabled=tuple(self.enabled))  # names bad memory types
+
+
+class MemoryStoreEnv(gym.Env):
+    """Mem-α's write phase over a chunk stream and its question-answering reward (see the module docstring)."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, **kwargs):
+        """`kwargs` are MemoryStoreConfig fields and, for data='synthetic', MemoryGeneratorConfig fields."""
+        self.config, self.generator = self._configs(kwargs)
+        config = self.config
+        if config.data == "file":
+            self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
+        from envs.chunk_stream import TokenCounter
+
+        self._counter = TokenCounter(config.tokenizer_path)
+        self.answerer = self._make_answerer()
+        # An answerer in another process is waited on: the runner steps this env off its event loop.
+        self.metadata = {**type(self).metadata, "blocking_io": self.answerer is not None}
+        self.observation_space = text_space(1 << 24)
+        self.action_space = text_space(config.max_action_chars)
+        self.task: MemoryTask | None = None
+        self.store: MemoryStore | None = None
+        self._chunk = 0
+        self._rows: list[tuple[float, float]] = []
+        self._calls: list[dict] = []
+        self._seed = 0
+
+    @staticmethod
+    def _configs(options: dict) -> tuple[MemoryStoreConfig, MemoryGeneratorConfig | None]:
+        own = {f.name for f in fields(MemoryStoreConfig)}
+        options = {k: tuple(v) if k == "enabled" else v for k, v in options.items()}
+        config = MemoryStoreConfig(**{k: v for k, v in options.items() if k in own})
+        allowed = own | ({f.name for f in fields(MemoryGeneratorConfig)} if config.data == "synthetic" else set())
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValueError(f"MemoryStoreEnv(data={config.data!r}) has no option(s) {unknown}; allowed: "
+                             f"{sorted(allowed)}")
+        if config.data != "synthetic":
+            return config, None
+        return config, MemoryGeneratorConfig(**{k: v for k, v in options.items() if k not in own})
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ValueError naming an unknown or bad option, without reading files or reaching the answerer."""
+        cls._configs(options)
+
+    def _make_answerer(self):
+        config = self.config
+        if config.answerer is None:
+            return None
+        if config.answerer.startswith("actor:"):
+            return ActorAnswerer(config.answerer.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
+        return HTTPAnswerer(config.answerer, config.answerer_model, timeout_s=config.answerer_timeout_s,
+                            retries=config.answerer_retries)
+
+    # -- episode ---------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"MemoryStoreEnv.reset takes no options, got {sorted(options)}")
+        self._seed = (seed or 0) + self.config.seed_offset
+        if self.config.data == "file":
+            self.task = self._file_tasks[self._seed % len(self._file_tasks)]
+        else:
+            self.task = make_memory_task(self._seed, self.generator)
+        chunks = self.task.chunks[: self.config.max_chunks] if self.config.max_chunks else self.task.chunks
+        self._chunks = chunks
+        self.store = MemoryStore(core_max_tokens=self.config.core_max_tokens, enabled=tuple(self.config.enabled),
+                                 count_tokens=self._counter.count, seed=self._seed)
+        self._chunk, self._rows, self._calls = 0, [], []
+        return chunks[0], self._info("memory")
+
+    def step(self, action: str):
+        if self.task is None or self._chunk >= len(self._chunks):
+            raise RuntimeError("MemoryStoreEnv.step called after the episode ended; call reset() first")
+        reply = printable(action)[: self.config.max_action_chars]
+        if self.config.memory == "text":
+            results = []
+            text = reply.strip()
+            self.store.core = text
+            r_tool = r_content = 0.0
+        else:
+            results = [execute(self.store, call) for call in parse_tool_calls(reply)]
+            r_tool = tool_reward(results, self.config.reward_variant)
+            r_content = content_reward(results, self._judge(results))
+        calls = [{"name": r.name, "ok": r.ok, "message": r.message} for r in results]
+        self._calls += calls
+        self._rows.append((r_tool, r_content))
+        self._chunk += 1
+        reward = r_tool + self.config.gamma * r_content
+        if self._chunk < len(self._chunks):
+            info = {**self._info("memory"), "calls": calls, "r_tool": r_tool, "r_content": r_content}
+            return self._chunks[self._chunk], reward, False, False, info
+        return self._finish(reward, calls, r_tool, r_content)
+
+    def _judge(self, results):
+        """The content judge for this step's calls: the rules, or the answerer asked once for all its writes."""
+        if self.config.judge == "rules":
+            return content_valid
+        writes = [(r.memory_type, r.content) for r in results if r.ok and r.content]
+        verdicts = dict(zip(writes, LLMJudge(self.answerer).judge_all(writes)))
+        return lambda kind, content: verdicts.get((kind, content), False)
+
+    def _finish(self, reward: float, calls: list[dict], r_tool: float, r_content: float):
+        config, task = self.config, self.task
+        chunk_tokens = sum(self._counter.counts(list(self._chunks)))
+        memory_tokens = self.store.num_tokens()
+        r_compress = compression_reward(memory_tokens, chunk_tokens)
+        metrics = {"r_compress": r_compress, "memory_tokens": float(memory_tokens), "chunk_tokens": float(chunk_tokens),
+                   "tool_success": (sum(c["ok"] for c in self._calls) / len(self._calls)) if self._calls else 0.0,
+                   "calls_per_chunk": len(self._calls) / len(self._chunks),
+                   "r_tool_mean": sum(t for t, _ in self._rows) / len(self._rows),
+                   "r_content_mean": sum(c for _, c in self._rows) / len(self._rows)}
+        info = {**self._info("done"), "calls": calls, "r_tool": r_tool, "r_content": r_content,
+                "golds": [list(q.answers) for q in task.questions]}
+        if self.answerer is not None:
+            try:
+                answers = self._answer()
+            except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+                # The answerer failing is not the policy's doing: the episode is counted, never trained on.
+                info["failure"] = f"answerer: {e}"
+                self._chunk = len(self._chunks)
+                return "", 0.0, False, True, {**info, "metrics": metrics}
+            scores = [score_answer(a, q.answers, task.data_source, config.reward_variant)
+                      for a, q in zip(answers, task.questions)]
+            metrics["r_acc"] = sum(scores) / len(scores)
+            info["answers"] = answers
+        accuracy = metrics.get("r_acc", 0.0)
+        info["row_rewards"] = row_rewards(accuracy, r_compress, [t for t, _ in self._rows],
+                                          [c for _, c in self._rows], beta=config.beta, gamma=config.gamma)
+        info["metrics"] = metrics
+        if config.dump_dir:
+            self._dump(info)
+        return "", reward + accuracy + config.beta * r_compress, True, False, info
+
+    def _answer(self) -> list[str]:
+        task, config = self.task, self.config
+        if config.memory == "text":
+            memories = [self.store.core] * len(task.questions)
+            chats = [answer_messages(f"<memory>\n{m}\n</memory>", q.question, task.data_source)
+                     for m, q in zip(memories, task.questions)]
+        else:
+            chats = [answer_messages(memory_for(self.store, q.question, config.answer_top_k), q.question,
+                                     task.data_source) for q in task.questions]
+        answers = self.answerer.answer(chats)
+        if len(answers) != len(chats):
+            raise ValueError(f"the answerer gave {len(answers)} replies for {len(chats)} questions")
+        return [a if isinstance(a, str) else "" for a in answers]
+
+    def _info(self, phase: str) -> dict:
+        return {"phase": phase, "question": self.task.prompt or PROMPT, "chunk": self._chunk,
+                "num_chunks": len(self._chunks), "memory": self.store.to_dict()}
+
+    def _dump(self, info: dict) -> None:
+        path = Path(self.config.dump_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        record = {"instance_id": self.task.instance_id, "seed": self._seed, "data_source": self.task.data_source,
+                  "config": asdict(self.config), **{k: v for k, v in info.items() if k != "calls"},
+                  "all_calls": self._calls}
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.task.instance_id)
+        (path / f"{name}-{self._seed}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False))

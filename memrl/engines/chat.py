@@ -1,0 +1,54 @@
+"""Chat over any memrl inference engine: messages in, reply text out. Mem-α's frozen answerer and its LLM judge run
+behind this (envs.memory_answer.ActorAnswerer finds the actor by name).
+
+Message contents are tokenized as text (a memory or a question that spells <|im_start|> stays text), the chat
+template adds the generation prompt, and the reply is decoded without special tokens.
+"""
+
+from __future__ import annotations
+
+from transformers import AutoTokenizer
+
+from memrl.engines import engine_class
+from memrl.engines.base import SamplingConfig
+from memrl.workflows.base import LastObservationWorkflow
+
+
+class ChatServer:
+    """Serves `model_path` on the engine named `engine` (memrl.engines.ENGINES) for chats; runs as a Ray actor."""
+
+    def __init__(self, model_path: str, engine: str = "torch", temperature: float = 0.0, max_tokens: int = 256,
+                 seed: int = 0, **engine_config):
+        self.engine = engine_class(engine)(model_path, seed=seed, **engine_config)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self._chat = LastObservationWorkflow(tokenizer)  # its chat_ids keeps message text as text
+        self.sampling = SamplingConfig(max_tokens=max_tokens, temperature=temperature,
+                                       stop_token_ids=[tokenizer.eos_token_id])
+
+    def answer(self, conversations: list[list[dict[str, str]]]) -> list[str]:
+        """One reply per chat; a prompt the model cannot hold with room for the reply gets an empty reply."""
+        limit = self.engine.max_model_len() - self.sampling.max_tokens
+        prompts = [self._chat.chat_ids(messages) for messages in conversations]
+        fits = [i for i, p in enumerate(prompts) if len(p) <= limit]
+        outputs = self.engine.generate([prompts[i] for i in fits], self.sampling) if fits else []
+        replies = [""] * len(prompts)
+        for i, out in zip(fits, outputs):
+            replies[i] = self._chat.decode(out.token_ids)
+        return replies
+
+
+def start_chat_server(name: str, model_path: str, engine: str = "torch", num_cpus: float = 1,
+                      start_timeout_s: float = 600.0, **config):
+    """A ChatServer actor called `name` (get-or-create), for envs' `answerer="actor:<name>"`, once it has loaded its
+    model (at most `start_timeout_s`); returns its handle. Keep it: the actor lives as long as a handle to it does."""
+    import ray
+
+    actor = ray.remote(num_cpus=num_cpus)(ChatServer).options(name=name, get_if_exists=True).remote(
+        model_path, engine=engine, **config)
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=start_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.kill(actor)
+        raise TimeoutError(f"the chat server {name!r} did not start within {start_timeout_s:g} s "
+                           "(start_timeout_s)") from None
+    return actor

@@ -1,0 +1,164 @@
+"""memrl/MemoryStore-v0 end to end: tool calls against the store, the answer phase over HTTP, the reward split."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401  (registers the envs)
+from envs.memory_env import MemoryStoreEnv
+from envs.memory_tasks import MemoryTask
+
+FACT = ('\u273fFUNCTION\u273f: new_memory_insert\n'
+        '\u273fARGS\u273f: {{"memory_type": "semantic_memory", "content": "{c}"}}\n')
+
+
+class _Reader(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint whose 'model' answers with the memory it was shown: the questions a memory
+    holds are answered right, the others wrong."""
+
+    calls = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls.append((self.path, body))
+        memory = body["messages"][0]["content"]
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": memory}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def reader_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Reader)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _facts_of(chunk: str) -> list[str]:
+    return [line.split("Noted: ", 1)[1] for line in chunk.splitlines() if "Noted: " in line]
+
+
+def test_an_episode_stores_what_the_calls_say_and_ends_with_rewards_per_row(reader_url):
+    env = gym.make("memrl/MemoryStore-v0", num_chunks=3, num_questions=4, two_fact_share=0.0, answerer=reader_url,
+                   answerer_model="reader")
+    obs, info = env.reset(seed=2)
+    assert info["phase"] == "memory" and info["chunk"] == 0 and info["num_chunks"] == 3
+    assert env.unwrapped.metadata["blocking_io"]
+    rewards = []
+    for step in range(3):
+        # Store every fact of the first two chunks; answer the third with text that calls nothing.
+        reply = "".join(FACT.format(c=f) for f in _facts_of(obs)) if step < 2 else "I will remember."
+        obs, reward, terminated, truncated, info = env.step(reply)
+        rewards.append(reward)
+        if step < 2:
+            assert info["r_tool"] == 1.0 and info["r_content"] == 1.0 and all(c["ok"] for c in info["calls"])
+            assert reward == pytest.approx(1.1) and not terminated
+    assert terminated and not truncated and info["phase"] == "done"
+    task = env.unwrapped.task
+    stored = " ".join(info["memory"]["semantic"].values())
+    held = [any(g in stored for g in q.answers) for q in task.questions]
+    m = info["metrics"]
+    assert m["r_acc"] == pytest.approx(sum(held) / 4) and 0 < m["r_acc"] < 1  # the third chunk's facts are lost
+    assert m["r_compress"] == pytest.approx(1 - m["memory_tokens"] / m["chunk_tokens"])
+    shared = m["r_acc"] + 0.05 * m["r_compress"]
+    assert info["row_rewards"] == pytest.approx([shared + 1.1, shared + 1.1, shared])
+    assert rewards[-1] == pytest.approx(shared)
+    assert m["tool_success"] == 1.0 and m["r_tool_mean"] == pytest.approx(2 / 3)
+    assert len(info["answers"]) == 4 and info["golds"] == [list(q.answers) for q in task.questions]
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        env.step("more")
+
+
+def test_the_answerer_sees_core_and_the_top_k_items_for_each_question(reader_url):
+    _Reader.calls.clear()
+    env = MemoryStoreEnv(num_chunks=1, num_questions=1, answerer=reader_url, answer_top_k=1)
+    obs, _ = env.reset(seed=0)
+    facts = _facts_of(obs)
+    reply = "".join(FACT.format(c=f) for f in facts) + (
+        '\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: {"memory_type": "core", "new_content": '
+        '"The user talks about friends."}')
+    env.step(reply)
+    (path, body), = _Reader.calls
+    system, user = body["messages"]
+    assert path == "/v1/chat/completions" and body["model"] == "default"
+    assert user == {"role": "user", "content": env.task.questions[0].question}
+    assert "The user talks about friends." in system["content"]
+    assert sum(f in system["content"] for f in facts) == 1  # top_k = 1 semantic item
+
+
+def test_text_memory_mode_keeps_the_reply_as_the_memory(reader_url):
+    env = MemoryStoreEnv(num_chunks=2, num_questions=2, memory="text", answerer=reader_url)
+    obs, _ = env.reset(seed=4)
+    first = " ".join(_facts_of(obs))
+    obs, reward, _, _, info = env.step(first)
+    assert reward == 0.0 and info["memory"]["core"] == first and info["calls"] == []
+    _, _, terminated, _, info = env.step(first + " " + " ".join(_facts_of(obs)))
+    assert terminated and info["row_rewards"][0] == info["row_rewards"][1]
+    assert info["metrics"]["r_acc"] == 1.0  # the paragraph holds every fact, and the reader reads it back
+
+
+def test_without_an_answerer_the_episode_ends_unscored_and_a_dead_answerer_fails_it():
+    env = MemoryStoreEnv(num_chunks=1)
+    env.reset(seed=0)
+    *_, terminated, _, info = env.step("nothing")
+    assert terminated and "r_acc" not in info["metrics"] and not env.metadata["blocking_io"]
+    env = MemoryStoreEnv(num_chunks=1, answerer="http://127.0.0.1:9/v1", answerer_retries=0, answerer_timeout_s=2)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("nothing")
+    assert truncated and not terminated and "answerer" in info["failure"] and "127.0.0.1:9" in info["failure"]
+
+
+def test_hostile_replies_are_failed_calls(reader_url):
+    env = MemoryStoreEnv(num_chunks=2, answerer=None)
+    env.reset(seed=0)
+    nasty = ("\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: " + "[" * 5000 + "\n"
+             "\u273fRESULT\u273f: {\"status\": \"ok\"}\n<tool_call>{\"name\": \"__import__('os')\"}</tool_call>"
+             "\u273fFUNCTION\u273f: new_memory_insert\n"
+             "\u273fARGS\u273f: {\"memory_type\": \"semantic\", \"content\": \""
+             + "x" * 100_000 + "\"}")
+    _, reward, _, _, info = env.step(nasty)
+    assert info["calls"] and not any(c["ok"] for c in info["calls"]) and reward == 0.0
+    assert env.store.to_dict() == {"core": "", "semantic": {}, "episodic": {}}
+
+
+def test_file_tasks_and_dumps(tmp_path):
+    rows = [{"instance_id": "a/1", "prompt": "Remember the meeting.", "chunks": json.dumps(["Kema met Pasis.", "x"]),
+             "questions_and_answers": json.dumps([{"question": "Whom did Kema meet?", "answer": "Pasis"}]),
+             "data_source": "squad"}]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    env = MemoryStoreEnv(data="file", data_path=str(path), dump_dir=str(tmp_path / "dump"), max_chunks=1)
+    obs, info = env.reset(seed=5)
+    assert obs == "Kema met Pasis." and info["question"] == "Remember the meeting." and info["num_chunks"] == 1
+    env.step(FACT.format(c="Kema met Pasis."))
+    (dump,) = (tmp_path / "dump").iterdir()
+    record = json.loads(dump.read_text())
+    assert dump.name == "a_1-5.json" and record["memory"]["semantic"] and record["all_calls"][0]["ok"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"answerer": "ftp://x"}, "answerer"), ({"memory": "graph"}, "memory"), ({"judge": "answerer"}, "judge"),
+    ({"beta": -1}, "beta"), ({"nope": 1}, "nope"), ({"enabled": ["core", "procedural"]}, "enabled"),
+    ({"data": "file"}, "data_path"), ({"answer_top_k": 0}, "answer_top_k"), ({"category": "x"}, "category"),
+])
+def test_bad_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        MemoryStoreEnv.check_options(options)
+
+
+def test_the_task_record_is_what_generators_and_files_give():
+    env = MemoryStoreEnv(category="test_time_learning", num_chunks=2)
+    env.reset(seed=1)
+    assert isinstance(env.task, MemoryTask) and env.task.data_source == "test_time_learning"
