@@ -10,7 +10,9 @@ synchronous, so the batches are the same on every run with the same seeds.
 An env whose `metadata["blocking_io"]` is true (a search env asking an HTTP server or a retrieval actor) steps in a
 worker thread instead, so one slow request holds up only its own episode; which requests then share an engine
 batch depends on the server's timing. An env that cannot finish an episode through no fault of the policy ends it
-with `info["failure"]` saying why; the trajectory carries it and is counted, not trained on.
+with `info["failure"]` saying why; the trajectory carries it and is counted, not trained on. An env whose final
+info carries "row_rewards" (one per call) sets each conversation's reward to its entry; the trajectory's reward
+stays the sum of the step rewards.
 """
 
 from __future__ import annotations
@@ -100,6 +102,14 @@ async def run_episode(
         done = terminated or truncated or len(conversations) >= max_calls
         if not done:
             workflow.observe(obs, info)
+    rewards = info.get("row_rewards") if terminated or truncated else None
+    if rewards is not None:
+        # The env knows some rows' rewards only at the end (Mem-α's shared accuracy): it gives every row its own.
+        if len(rewards) != len(conversations):
+            raise RuntimeError(f"task {task.traj_id}: the env's row_rewards has {len(rewards)} entries for "
+                               f"{len(conversations)} calls; it must give one per call")
+        for conversation, value in zip(conversations, rewards):
+            conversation.reward = float(value)
     probes = workflow.probes(info)
     if probes:
         if len(probes) != len(conversations):

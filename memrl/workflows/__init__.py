@@ -2,6 +2,7 @@
 
 from memrl.workflows.base import LastObservationWorkflow, Workflow
 from memrl.workflows.memagent import FullContextWorkflow, MemAgentWorkflow
+from memrl.workflows.memalpha import MemAlphaWorkflow
 from memrl.workflows.search import (
     MEM1Workflow,
     MemPOWorkflow,
@@ -17,6 +18,7 @@ WORKFLOWS: dict[str, type[Workflow]] = {
     "mem1": MEM1Workflow,
     "memsearcher": MemSearcherWorkflow,
     "mempo": MemPOWorkflow,
+    "memalpha": MemAlphaWorkflow,
     "react": ReActWorkflow,
     "react_truncated": TruncatedReActWorkflow,
 }

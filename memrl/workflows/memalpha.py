@@ -1,0 +1,96 @@
+"""Mem-α's workflow: one reply of tool calls per chunk, seeing the tools and the memory as it stands.
+
+Each call sees a system prompt with the three tools (their OpenAI schemas, the enabled memory types only) and the
+current memory (core, then the most recent `max_items` semantic and episodic items with their ids, halved until the
+prompt fits `max_prompt_tokens`, as the authors' rollout does), and a user message asking to memorise the chunk.
+Tool results are not fed back: the next chunk's prompt shows the memory the calls left. The reply is the env action;
+the env (memrl/MemoryStore-v0) finds and runs its calls.
+"""
+
+from __future__ import annotations
+
+import json
+
+from transformers import PreTrainedTokenizerBase
+
+from envs.memory_store import MEMORY_TYPES, tool_schemas
+from memrl.workflows.base import Workflow
+
+SYSTEM_TEMPLATE = (
+    "You are an assistant with a memory of three parts. Read what the user shares and keep what matters in it.\n"
+    "* core_memory: one short paragraph: who the user is, a summary of what is being read, or the rules of a "
+    "classification task (label 1: meaning; label 2: meaning).\n"
+    "* semantic_memory: facts and knowledge, one item each (\"Kema works for Quovex\", \"Sample: ...; Label: 2\").\n"
+    "* episodic_memory: events with their time (\"At Day 2 09:15, the user said ...\").\n\n"
+    "Tools:\n{tools}\n\n"
+    "Call tools as:\n\u273fFUNCTION\u273f: tool_name\n\u273fARGS\u273f: {{\"argument\": \"value\"}}\n"
+    "Several calls may follow one another.\n\n"
+    "Current memory:\n{memory}"
+)
+"""The system prompt: memory types, tools (one JSON schema a line), call format, the memory as it stands."""
+USER_TEMPLATE = (
+    "{question}\n\nMemorise this chunk: update the core memory briefly, and store its facts as semantic items and "
+    "its dated events as episodic items.\n\n<new_chunk>\n{chunk}\n</new_chunk>"
+)
+"""The user message of each call: the task's purpose and the chunk."""
+
+
+def render_store(memory: dict, max_items: int) -> str:
+    """The memory as the policy sees it: core, then the latest `max_items` items of each list with their ids."""
+    parts = [f"<core_memory>\n{memory.get('core') or '(empty)'}\n</core_memory>"]
+    for kind in ("semantic", "episodic"):
+        items = list(memory.get(kind, {}).items())
+        shown = items[-max_items:] if max_items else []
+        body = "\n".join(f"[{memory_id}] {content}" for memory_id, content in shown) or "(empty)"
+        parts.append(f"<{kind}_memory> ({len(shown)} most recent of {len(items)})\n{body}\n</{kind}_memory>")
+    return "\n\n".join(parts)
+
+
+class MemAlphaWorkflow(Workflow):
+    """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = 20, max_prompt_tokens: int = 6144,
+                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES):
+        super().__init__(tokenizer)
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
+            raise ValueError(f"MemAlphaWorkflow: max_items must be an int >= 0; got {max_items!r}")
+        if isinstance(max_prompt_tokens, bool) or not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1:
+            raise ValueError(f"MemAlphaWorkflow: max_prompt_tokens must be a positive int; got {max_prompt_tokens!r}")
+        self.max_items = max_items
+        self.max_prompt_tokens = max_prompt_tokens
+        self.tools = "\n".join(json.dumps(s["function"], separators=(",", ":")) for s in tool_schemas(tuple(enabled)))
+        self.question = self.chunk = ""
+        self.memory: dict = {}
+
+    def reset(self, observation: str, info: dict) -> None:
+        self.observe(observation, info)
+
+    def observe(self, observation: str, info: dict) -> None:
+        missing = [k for k in ("question", "memory") if k not in info]
+        if missing:
+            raise ValueError(f"MemAlphaWorkflow: the env's info lacks {missing}; it needs the memory-store env "
+                             f"(memrl/MemoryStore-v0), got keys {sorted(info)}")
+        self.question, self.memory, self.chunk = str(info["question"]), info["memory"], observation
+
+    def _ids(self, max_items: int) -> list[int]:
+        system = SYSTEM_TEMPLATE.format(tools=self.tools, memory=render_store(self.memory, max_items))
+        user = USER_TEMPLATE.format(question=self.question, chunk=self.chunk)
+        return self.chat_ids([{"role": "system", "content": system}, {"role": "user", "content": user}])
+
+    def prompt_ids(self) -> list[int]:
+        max_items = self.max_items
+        ids = self._ids(max_items)
+        while len(ids) > self.max_prompt_tokens and max_items > 0:
+            max_items //= 2
+            ids = self._ids(max_items)
+        return ids
+
+    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+        ids = list(response_ids)
+        if ids and ids[-1] == self.tokenizer.eos_token_id:
+            ids = ids[:-1]
+        return self.decode(ids), {"calls": [(0, len(ids))]}
+
+    def expert_response(self, action: str) -> str:
+        """The expert's calls are exactly what the model should write."""
+        return action

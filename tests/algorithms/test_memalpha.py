@@ -1,0 +1,42 @@
+import numpy as np
+import pytest
+
+from memrl.algorithms import MemAlphaConfig
+from memrl.algorithms.memalpha import row_advantages
+from memrl.episode import Conversation, Trajectory
+from memrl.learner.rows import build_rows
+
+
+def _trajectory(group: str, rewards: list[float]) -> Trajectory:
+    conversations = [Conversation(prompt_ids=[1, 2], response_ids=[3, 4, 5], logprobs=[0.0] * 3, reward=r)
+                     for r in rewards]
+    return Trajectory(conversations, reward=sum(rewards), group_id=group, traj_id=f"{group}-{len(rewards)}")
+
+
+def test_rows_are_normalised_against_every_row_of_their_tasks_rollouts():
+    trajectories = [_trajectory("a", [1.0, 2.0]), _trajectory("a", [3.0]), _trajectory("b", [5.0, 5.0, 8.0])]
+    advantages = row_advantages(trajectories)
+    a = np.array([1.0, 2.0, 3.0])
+    b = np.array([5.0, 5.0, 8.0])
+    want_a = (a - a.mean()) / (a.std(ddof=1) + 1e-6)
+    want_b = (b - b.mean()) / (b.std(ddof=1) + 1e-6)
+    assert np.allclose(np.concatenate(advantages[:2]), want_a) and np.allclose(advantages[2], want_b)
+    assert np.allclose(np.concatenate(row_advantages(trajectories, norm_std=False)[:2]), a - a.mean())
+
+
+def test_each_rows_advantage_lands_on_its_own_tokens():
+    trajectories = [_trajectory("a", [0.0, 1.0]), _trajectory("a", [2.0])]
+    batch = build_rows(trajectories)
+    advantages = row_advantages(trajectories)
+    batch.assign_advantages(advantages)
+    flat = np.concatenate(advantages)
+    for row, value in zip(batch.rows, flat):
+        assert np.allclose(row["advantages"], value) and len(row["advantages"]) == 3
+
+
+def test_config_defaults_are_the_papers(tiny_checkpoint):
+    config = MemAlphaConfig().learners(model_path=str(tiny_checkpoint))
+    assert config.training_cfg.norm_adv_by_std and config.training_cfg.loss.aggregation == "token_mean"
+    assert config.algo_class.__name__ == "MemAlpha"
+    with pytest.raises(ValueError, match="group_size"):
+        config.environment("memrl/MemoryStore-v0").training(group_size=1).validate()
