@@ -29,7 +29,7 @@ from typing import ClassVar
 import gymnasium as gym
 
 from envs.memory_answer import ActorAnswerer, HTTPAnswerer, LLMJudge, answer_messages, memory_for
-from envs.memory_generators import MemoryGeneratorConfig, make_memory_task
+from envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
 from envs.memory_rewards import (
     VARIANTS,
     compression_reward,
@@ -278,6 +278,20 @@ class MemoryStoreEnv(gym.Env):
         if len(answers) != len(chats):
             raise ValueError(f"the answerer gave {len(answers)} replies for {len(chats)} questions")
         return [a if isinstance(a, str) else "" for a in answers]
+
+    def expert_action(self) -> str:
+        """What a scripted Mem-α agent writes for the current chunk of a synthetic task, as Qwen-Agent tool calls
+        (envs.memory_generators.expert_calls); in memory="text" mode, the new paragraph instead."""
+        if self.task is None or self._chunk >= len(self._chunks):
+            raise RuntimeError("MemoryStoreEnv.expert_action needs a running episode; call reset() first")
+        if self.config.data != "synthetic":
+            raise ValueError("MemoryStoreEnv.expert_action is scripted for the synthetic tasks only (data='synthetic')")
+        calls = expert_calls(self.task.data_source, self._chunks[self._chunk], self.store.core, self._chunk)
+        if self.config.memory == "text":
+            core = [c["arguments"]["new_content"] for c in calls if c["name"] == "memory_update"]
+            added = [c["arguments"]["content"] for c in calls if c["name"] == "new_memory_insert"]
+            return " ".join((core[-1:] or [self.store.core]) + added).strip()
+        return format_calls(calls, self.config.enabled)
 
     def _info(self, phase: str) -> dict:
         return {"phase": phase, "question": self.task.prompt or PROMPT, "chunk": self._chunk,

@@ -13,7 +13,9 @@ Every task is a function of its seed and the config, so the same seed gives the 
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from dataclasses import dataclass
 
 from envs.memory_tasks import MemoryQuestion, MemoryTask
@@ -216,3 +218,67 @@ def _long_range(rng: random.Random, config: MemoryGeneratorConfig):
     question = MemoryQuestion("Summarize the story: who is it about, where did they go and whom did they meet?",
                               (", ".join(picked),), tuple(range(config.num_chunks)))
     return chunks, [question]
+
+
+# -- the scripted expert -------------------------------------------------------------------------------------------
+_EXCHANGE = re.compile(r"\[Day (\d+), (\d\d:\d\d)\] User: .*\nAssistant: Noted: (.*)")
+_SAMPLE = re.compile(r"Sample: (.*); Label: (\d+)")
+_EVENT = re.compile(r"In (\w+), (\w+) met (\w+), who gave \2 an? (\w+)\.")
+_START = re.compile(r"This is the story of (\w+), who set out from (\w+) with an? (\w+) and met (\w+) on the first "
+                    r"day\.")
+CORE_NOTES = {
+    "accurate_retrieval": "The user tells me about friends: where they work and where they live.",
+}
+"""The expert's core paragraph where it does not change with the chunks."""
+
+
+def expert_calls(category: str, chunk: str, core: str, index: int) -> list[dict]:
+    """The tool calls a scripted Mem-α agent makes for `chunk` (the `index`-th) of a generated task, given the core
+    paragraph so far: {"name", "arguments"} dicts.
+
+    accurate retrieval: each stated fact as a semantic item, and the core note on the first chunk; test-time
+    learning: the first sample of each class as a semantic item, and the core rewritten as the rules seen so far
+    (each label's theme words); long-range understanding: the core rewritten as the story so far, one clause per event.
+    """
+    calls = []
+    if category == "accurate_retrieval":
+        if index == 0:
+            calls.append(_update("core", CORE_NOTES[category]))
+        calls += [_insert("semantic", fact) for _, _, fact in _EXCHANGE.findall(chunk)]
+    elif category == "test_time_learning":
+        rules = {label: words.split(", ") for label, words in re.findall(r"Label (\d+): ([^;.]*)", core)}
+        for sample, label in _SAMPLE.findall(chunk):
+            if label not in rules:  # one example per class; the rules carry the rest
+                calls.append(_insert("semantic", f"Sample: {sample}; Label: {label}"))
+            words = rules.setdefault(label, [])
+            words += [w for w in sample.split() if w not in FILLER and w not in words]
+        text = "; ".join(f"Label {label}: {', '.join(rules[label])}" for label in sorted(rules))
+        calls.append(_update("core", f"Classes by their words. {text}."))
+    elif category == "long_range_understanding":
+        clauses = []
+        start = _START.search(chunk)
+        if start:
+            hero, place, thing, met = start.groups()
+            clauses.append(f"The story of {hero}: set out from {place} with a {thing} and met {met}")
+        clauses += [f"in {place} met {met}, who gave a {thing}" for place, _, met, thing in _EVENT.findall(chunk)]
+        if clauses:
+            calls.append(_update("core", "; ".join(filter(None, [core.rstrip("."), *clauses])) + "."))
+    else:
+        raise ValueError(f"no scripted expert for category {category!r}; categories: {CATEGORIES}")
+    return calls
+
+
+def _insert(kind: str, content: str) -> dict:
+    return {"name": "new_memory_insert", "arguments": {"memory_type": f"{kind}_memory", "content": content}}
+
+
+def _update(kind: str, content: str) -> dict:
+    return {"name": "memory_update", "arguments": {"memory_type": f"{kind}_memory", "new_content": content}}
+
+
+def format_calls(calls: list[dict], enabled: tuple[str, ...] = ("core", "semantic", "episodic")) -> str:
+    """Calls written in the Qwen-Agent format, one ✿FUNCTION✿/✿ARGS✿ pair each, leaving out memory types that are not
+    `enabled`."""
+    kept = [c for c in calls if c["arguments"]["memory_type"].removesuffix("_memory") in enabled]
+    return "\n".join(f"\u273fFUNCTION\u273f: {c['name']}\n\u273fARGS\u273f: "
+                     f"{json.dumps(c['arguments'], ensure_ascii=False)}" for c in kept)

@@ -162,3 +162,37 @@ def test_the_task_record_is_what_generators_and_files_give():
     env = MemoryStoreEnv(category="test_time_learning", num_chunks=2)
     env.reset(seed=1)
     assert isinstance(env.task, MemoryTask) and env.task.data_source == "test_time_learning"
+
+
+@pytest.mark.parametrize("category", ["accurate_retrieval", "test_time_learning", "long_range_understanding"])
+def test_the_scripted_expert_makes_only_good_calls_and_a_memory_that_holds_the_answers(reader_url, category):
+    env = MemoryStoreEnv(category=category, num_chunks=5, answerer=reader_url)
+    env.reset(seed=11)
+    terminated = False
+    while not terminated:
+        _, _, terminated, _, info = env.step(env.expert_action())
+        assert info["r_tool"] == 1.0 and info["r_content"] == 1.0
+    m = info["metrics"]
+    assert m["tool_success"] == 1.0 and 0 < m["r_compress"] < 1
+    if category == "test_time_learning":  # the rules name every label's words; reading them back is no label
+        for label, words in (part.split(": ") for part in info["memory"]["core"].rstrip(".").split("; ")):
+            assert label.split()[-1].isdigit() and words
+    else:
+        assert m["r_acc"] == 1.0  # the reader that reads the memory back answers everything
+
+
+def test_the_text_mode_expert_writes_the_same_facts_as_one_paragraph(reader_url, tmp_path):
+    env = MemoryStoreEnv(num_chunks=4, memory="text", answerer=reader_url)
+    env.reset(seed=3)
+    terminated = False
+    while not terminated:
+        _, reward, terminated, _, info = env.step(env.expert_action())
+    assert info["metrics"]["r_acc"] == 1.0 and info["memory"]["semantic"] == {}
+    with pytest.raises(RuntimeError, match="running episode"):
+        env.expert_action()
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"chunks": ["a b c"], "questions_and_answers": [{"question": "q", "answer": "a"}]}))
+    env = MemoryStoreEnv(data="file", data_path=str(path))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="synthetic"):
+        env.expert_action()

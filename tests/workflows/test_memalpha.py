@@ -68,3 +68,16 @@ def test_the_episode_loop_puts_the_envs_row_rewards_on_the_conversations(tokeniz
     assert rewards == pytest.approx([0.05 * r_compress + 1.1, 0.05 * r_compress, 0.05 * r_compress])
     assert trajectory.reward == pytest.approx(1.1 + 0.05 * r_compress)
     assert trajectory.conversations[0].spans == {"calls": [(0, len(trajectory.conversations[0].response_ids) - 1)]}
+
+
+@pytest.mark.parametrize("category", ["accurate_retrieval", "test_time_learning", "long_range_understanding"])
+def test_expert_replies_parse_back_and_their_episodes_earn_every_row_reward(tokenizer, category):
+    from memrl.rollout.loop import ExpertResponder
+
+    env = MemoryStoreEnv(category=category, num_chunks=4)
+    workflow = MemAlphaWorkflow(tokenizer)
+    expert = ExpertResponder(env, workflow, tokenizer.eos_token_id)
+    trajectory = asyncio.run(run_episode(env, workflow, Task(seed=2, group_id="g", traj_id="t"), expert,
+                                         max_calls=10, check_action=expert.check_action))
+    assert len(trajectory.conversations) == 4 and trajectory.metrics["tool_success"] == 1.0
+    assert trajectory.metrics["r_tool_mean"] == trajectory.metrics["r_content_mean"] == 1.0

@@ -1,0 +1,89 @@
+"""The answerer's prompt and the HTTP answerer, the latter against vLLM's own OpenAI-compatible server on loopback."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from envs.memory_answer import HTTPAnswerer, answer_messages, memory_for, parse_verdict, render_memory
+from envs.memory_env import MemoryStoreEnv
+from envs.memory_store import MemoryStore
+
+
+def test_the_answerer_sees_core_and_items_ranked_for_the_question():
+    store = MemoryStore()
+    store.update("core", "The user shares news about friends.")
+    for fact in ("Kema works for Quovex.", "Pasis lives in Colton.", "Horo works for Plixon."):
+        store.insert("semantic", fact)
+    store.insert("episodic", "At Day 1 09:00, Kema started at Quovex.")
+    text = memory_for(store, "Which company does Kema work for?", top_k=1)
+    assert "The user shares news about friends." in text
+    assert "1. Kema works for Quovex." in text and "Pasis" not in text and "Horo" not in text
+    assert "At Day 1 09:00, Kema started at Quovex." in text
+    assert all(f in memory_for(store, "Kema", top_k=None) for f in ("Pasis", "Horo"))  # None: every item
+    assert render_memory("", [], []).count("(empty)") == 3
+    label = answer_messages(text, "Sample: river boat", "test_time_learning")[0]["content"]
+    assert "\\boxed{n}" in label and "\\boxed" not in answer_messages(text, "q", "squad")[0]["content"]
+
+
+def test_verdicts_are_read_from_the_judges_json():
+    assert parse_verdict('```json\n{"VALID": true, "ISSUES": [], "EXPLANATION": "ok"}\n```')
+    assert not parse_verdict('{"VALID": false, "ISSUES": ["placeholder"], "EXPLANATION": "no"}')
+    assert parse_verdict('<think>hmm</think> Result: "VALID": true, more text')
+    assert not parse_verdict("I think it is valid.")  # no verdict: not valid
+    assert not parse_verdict("[" * 10_000)
+
+
+def test_bad_answerer_settings_are_named():
+    with pytest.raises(ValueError, match="http"):
+        HTTPAnswerer("localhost:8000", "m")
+    with pytest.raises(ValueError, match="model"):
+        HTTPAnswerer("http://127.0.0.1:8000/v1", "")
+    assert HTTPAnswerer("http://h/v1", "m").client.url == "http://h/v1/chat/completions"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_http_answerer_against_vllms_openai_server(tiny_checkpoint, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_checkpoint),
+         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+         "--enforce-eager", "--max-model-len", "2048"],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        answerer = HTTPAnswerer(url, "tiny", temperature=0.0, max_tokens=8, timeout_s=30)
+        chats = [answer_messages("<core_memory>\nKema works for Quovex.\n</core_memory>", q, "squad")
+                 for q in ("Where does Kema work?", "Who works for Quovex?")]
+        deadline = time.monotonic() + 420
+        while True:
+            try:
+                replies = answerer.answer(chats)
+                break
+            except ConnectionError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "vLLM's server did not start within 420 s"
+                time.sleep(2)
+        assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
+        assert replies == answerer.answer(chats)  # greedy
+        with pytest.raises(RuntimeError, match="HTTP 404"):
+            HTTPAnswerer(url, "no-such-model", max_tokens=4).answer(chats[:1])
+        memory_env = MemoryStoreEnv(num_chunks=1, num_questions=2, answerer=url, answerer_model="tiny")
+        memory_env.reset(seed=0)
+        *_, terminated, _, info = memory_env.step("nothing")
+        assert terminated and len(info["answers"]) == 2 and "r_acc" in info["metrics"]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
