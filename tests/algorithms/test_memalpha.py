@@ -40,3 +40,29 @@ def test_config_defaults_are_the_papers(tiny_checkpoint):
     assert config.algo_class.__name__ == "MemAlpha"
     with pytest.raises(ValueError, match="group_size"):
         config.environment("memrl/MemoryStore-v0").training(group_size=1).validate()
+
+
+@pytest.mark.slow
+def test_a_memalpha_iteration_trains_every_chunk_row_with_its_own_reward(ray_session, tiny_checkpoint):
+    """A real iteration: runners play the memory-store env under the memalpha workflow, a chat actor answers, the
+    learners train on one row per chunk."""
+    from memrl.engines.chat import start_chat_server
+
+    answerer = start_chat_server("memalpha-iteration-answerer", str(tiny_checkpoint), engine="torch", max_tokens=4)
+    algo = (MemAlphaConfig()
+            .environment("memrl/MemoryStore-v0", env_config={
+                "num_chunks": 2, "num_questions": 2, "facts_per_chunk": 1, "small_talk_per_chunk": 0,
+                "answerer": "actor:memalpha-iteration-answerer"})
+            .env_runners(num_env_runners=1, num_envs_per_env_runner=4, workflow="memalpha", engine="torch",
+                         max_tokens=16)
+            .learners(model_path=str(tiny_checkpoint), num_learners=1)
+            .training(lr=1e-5, tasks_per_iteration=2, group_size=2)
+            .debugging(seed=1)
+            .build())
+    result = algo.train()
+    algo.stop()
+    ray_session.kill(answerer)
+    assert result["counters"]["conversations_trained"] == 2 * 2 * 2  # tasks x rollouts x chunks
+    assert "row_reward_mean" in result["learners"] and np.isfinite(result["learners"]["loss"])
+    runners = result["env_runners"]
+    assert 0 <= runners["r_acc_mean"] <= 1 and 0 <= runners["tool_success_mean"] <= 1 and runners["num_failed"] == 0
