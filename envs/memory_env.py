@@ -9,10 +9,13 @@ Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool +
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
 reward r_acc + beta * r_compress + r_tool + gamma * r_content, which the episode loop puts on the conversations.
 Without an answerer (answerer=None) nothing is answered: the episode ends after the last chunk with r_acc left out.
+With answerer="policy" the policy answers instead: after the last chunk each step's observation is a question (phase
+"answer", info["answer_chat"] the chat a frozen answerer would get) and its reply the answer; these answer rows share
+the trajectory's r_acc + beta * r_compress.
 
-info on reset and every step: phase ("memory" while chunks remain, "done" at the end), question (what the user
-asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of the chunk the observation is),
-num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls (one {"name", "ok",
+info on reset and every step: phase ("memory" while chunks remain, "answer" while the policy answers, "done" at
+the end), question (what the user asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of
+the chunk the observation is), num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls (one {"name", "ok",
 "message"} per call found in the reply), r_tool and r_content. The final step adds answers (the answerer's reply
 per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens, tool_success
 (share of the episode's calls that executed), calls_per_chunk, r_tool_mean and r_content_mean (over rows).
@@ -35,6 +38,7 @@ from envs.memory_rewards import (
     compression_reward,
     content_reward,
     content_valid,
+    expert_answer,
     row_rewards,
     score_answer,
     tool_reward,
@@ -71,7 +75,9 @@ class MemoryStoreConfig:
     """Core memory limit in tokens; a longer update is cut at a word and marked."""
     answerer: str | None = None
     """Who answers the questions: an http(s):// OpenAI-compatible API base (".../v1"), "actor:NAME" for a running
-    Ray actor with an answer() method (memrl.engines.chat.ChatServer), or None to end without answering."""
+    Ray actor with an answer() method (memrl.engines.chat.ChatServer), "policy" (the policy answers each question
+    itself after the last chunk, one call per question, seeing what a frozen answerer would), or None to end
+    without answering."""
     answerer_model: str = "default"
     """Model name sent to an HTTP answerer."""
     answerer_timeout_s: float = 300.0
@@ -112,9 +118,12 @@ class MemoryStoreConfig:
         if self.reward_variant not in VARIANTS:
             raise ValueError(f"MemoryStoreConfig.reward_variant must be one of {VARIANTS}, got {self.reward_variant!r}")
         if self.answerer is not None and not (isinstance(self.answerer, str) and (
-                self.answerer.startswith(("http://", "https://")) or self.answerer.startswith("actor:"))):
-            raise ValueError(f"MemoryStoreConfig.answerer must be an http(s):// URL, 'actor:NAME' or None, got "
-                             f"{self.answerer!r}")
+                self.answerer.startswith(("http://", "https://", "actor:")) or self.answerer == "policy")):
+            raise ValueError(f"MemoryStoreConfig.answerer must be an http(s):// URL, 'actor:NAME', 'policy' or None, "
+                             f"got {self.answerer!r}")
+        if self.judge == "answerer" and self.answerer == "policy":
+            raise ValueError("MemoryStoreConfig: judge='answerer' needs a frozen answerer (a URL or an actor), not "
+                             "the policy")
         for name, low in (("chunk_tokens", 1), ("core_max_tokens", 1), ("max_action_chars", 1),
                           ("answerer_retries", 0)):
             value = getattr(self, name)
@@ -178,7 +187,7 @@ class MemoryStoreEnv(gym.Env):
 
     def _make_answerer(self):
         config = self.config
-        if config.answerer is None:
+        if config.answerer is None or config.answerer == "policy":
             return None
         if config.answerer.startswith("actor:"):
             return ActorAnswerer(config.answerer.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
@@ -199,13 +208,19 @@ class MemoryStoreEnv(gym.Env):
         self._chunks = chunks
         self.store = MemoryStore(core_max_tokens=self.config.core_max_tokens, enabled=tuple(self.config.enabled),
                                  count_tokens=self._counter.count, seed=self._seed)
-        self._chunk, self._rows, self._calls = 0, [], []
+        self._chunk, self._rows, self._calls, self._answers = 0, [], [], []
+        self._done = False
         return chunks[0], self._info("memory")
 
     def step(self, action: str):
-        if self.task is None or self._chunk >= len(self._chunks):
+        if self.task is None or self._done:
             raise RuntimeError("MemoryStoreEnv.step called after the episode ended; call reset() first")
         reply = printable(action)[: self.config.max_action_chars]
+        if self._chunk >= len(self._chunks):  # the policy answers question len(self._answers)
+            self._answers.append(reply)
+            if len(self._answers) < len(self.task.questions):
+                return self._question(), 0.0, False, False, self._info("answer")
+            return self._finish(0.0, [], 0.0, 0.0)
         if self.config.memory == "text":
             results = []
             text = reply.strip()
@@ -223,7 +238,13 @@ class MemoryStoreEnv(gym.Env):
         if self._chunk < len(self._chunks):
             info = {**self._info("memory"), "calls": calls, "r_tool": r_tool, "r_content": r_content}
             return self._chunks[self._chunk], reward, False, False, info
+        if self.config.answerer == "policy":
+            info = {**self._info("answer"), "calls": calls, "r_tool": r_tool, "r_content": r_content}
+            return self._question(), reward, False, False, info
         return self._finish(reward, calls, r_tool, r_content)
+
+    def _question(self) -> str:
+        return self.task.questions[len(self._answers)].question
 
     def _judge(self, results):
         """The content judge for this step's calls: the rules, or the answerer asked once for all its writes."""
@@ -245,35 +266,40 @@ class MemoryStoreEnv(gym.Env):
                    "r_content_mean": sum(c for _, c in self._rows) / len(self._rows)}
         info = {**self._info("done"), "calls": calls, "r_tool": r_tool, "r_content": r_content,
                 "golds": [list(q.answers) for q in task.questions]}
-        if self.answerer is not None:
+        if self.config.answerer is not None:
             try:
-                answers = self._answer()
+                answers = self._answers if self.config.answerer == "policy" else self._answer()
             except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
                 # The answerer failing is not the policy's doing: the episode is counted, never trained on.
                 info["failure"] = f"answerer: {e}"
-                self._chunk = len(self._chunks)
+                self._done = True
                 return "", 0.0, False, True, {**info, "metrics": metrics}
             scores = [score_answer(a, q.answers, task.data_source, config.reward_variant)
                       for a, q in zip(answers, task.questions)]
             metrics["r_acc"] = sum(scores) / len(scores)
             info["answers"] = answers
         accuracy = metrics.get("r_acc", 0.0)
-        info["row_rewards"] = row_rewards(accuracy, r_compress, [t for t, _ in self._rows],
-                                          [c for _, c in self._rows], beta=config.beta, gamma=config.gamma)
+        # The policy's answer calls, when it answers, share the trajectory's outcome and nothing else.
+        info["row_rewards"] = row_rewards(accuracy, r_compress, [t for t, _ in self._rows] + [0.0] * len(self._answers),
+                                          [c for _, c in self._rows] + [0.0] * len(self._answers),
+                                          beta=config.beta, gamma=config.gamma)
         info["metrics"] = metrics
+        self._done = True
         if config.dump_dir:
             self._dump(info)
         return "", reward + accuracy + config.beta * r_compress, True, False, info
 
-    def _answer(self) -> list[str]:
-        task, config = self.task, self.config
-        if config.memory == "text":
-            memories = [self.store.core] * len(task.questions)
-            chats = [answer_messages(f"<memory>\n{m}\n</memory>", q.question, task.data_source)
-                     for m, q in zip(memories, task.questions)]
+    def answer_chat(self, index: int) -> list[dict[str, str]]:
+        """The chat a frozen answerer gets for question `index` (and the policy, when it answers)."""
+        question = self.task.questions[index].question
+        if self.config.memory == "text":
+            memory = f"<memory>\n{self.store.core}\n</memory>"
         else:
-            chats = [answer_messages(memory_for(self.store, q.question, config.answer_top_k), q.question,
-                                     task.data_source) for q in task.questions]
+            memory = memory_for(self.store, question, self.config.answer_top_k)
+        return answer_messages(memory, question, self.task.data_source)
+
+    def _answer(self) -> list[str]:
+        chats = [self.answer_chat(i) for i in range(len(self.task.questions))]
         answers = self.answerer.answer(chats)
         if len(answers) != len(chats):
             raise ValueError(f"the answerer gave {len(answers)} replies for {len(chats)} questions")
@@ -282,8 +308,10 @@ class MemoryStoreEnv(gym.Env):
     def expert_action(self) -> str:
         """What a scripted Mem-α agent writes for the current chunk of a synthetic task, as Qwen-Agent tool calls
         (envs.memory_generators.expert_calls); in memory="text" mode, the new paragraph instead."""
-        if self.task is None or self._chunk >= len(self._chunks):
+        if self.task is None or self._done:
             raise RuntimeError("MemoryStoreEnv.expert_action needs a running episode; call reset() first")
+        if self._chunk >= len(self._chunks):  # answering: the first gold answer, as its metric wants it
+            return expert_answer(self.task.questions[len(self._answers)].answers[0], self.task.data_source)
         if self.config.data != "synthetic":
             raise ValueError("MemoryStoreEnv.expert_action is scripted for the synthetic tasks only (data='synthetic')")
         calls = expert_calls(self.task.data_source, self._chunks[self._chunk], self.store.core, self._chunk)
@@ -294,8 +322,11 @@ class MemoryStoreEnv(gym.Env):
         return format_calls(calls, self.config.enabled)
 
     def _info(self, phase: str) -> dict:
-        return {"phase": phase, "question": self.task.prompt or PROMPT, "chunk": self._chunk,
+        info = {"phase": phase, "question": self.task.prompt or PROMPT, "chunk": self._chunk,
                 "num_chunks": len(self._chunks), "memory": self.store.to_dict()}
+        if phase == "answer":
+            info["answer_chat"] = self.answer_chat(len(self._answers))
+        return info
 
     def _dump(self, info: dict) -> None:
         path = Path(self.config.dump_dir)

@@ -86,6 +86,11 @@ def score_answer(prediction: str, answers: Sequence[str], data_source: str, vari
     return float(any(str(a).strip().lower() in lowered for a in golds if str(a).strip()))
 
 
+def expert_answer(gold: str, data_source: str) -> str:
+    """A reply that `score_answer` gives full marks for `gold`: \\boxed{gold} for labels, the gold itself otherwise."""
+    return f"\\boxed{{{gold}}}" if metric_for(data_source) == "label" else gold
+
+
 def _share(lowered: str, parts: Sequence[str]) -> float:
     parts = [p.strip().lower() for p in parts if p.strip()]
     return sum(p in lowered for p in parts) / len(parts) if parts else 0.0

@@ -4,7 +4,8 @@ Each call sees a system prompt with the three tools (their OpenAI schemas, the e
 current memory (core, then the most recent `max_items` semantic and episodic items with their ids, halved until the
 prompt fits `max_prompt_tokens`, as the authors' rollout does), and a user message asking to memorise the chunk.
 Tool results are not fed back: the next chunk's prompt shows the memory the calls left. The reply is the env action;
-the env (memrl/MemoryStore-v0) finds and runs its calls.
+the env (memrl/MemoryStore-v0) finds and runs its calls. When the env has the policy answer (answerer="policy"),
+each question's call sees the env's answer chat (the memory retrieved for the question, and the question) instead.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class MemAlphaWorkflow(Workflow):
         self.tools = "\n".join(json.dumps(s["function"], separators=(",", ":")) for s in tool_schemas(tuple(enabled)))
         self.question = self.chunk = ""
         self.memory: dict = {}
+        self.answer_chat: list[dict[str, str]] | None = None
 
     def reset(self, observation: str, info: dict) -> None:
         self.observe(observation, info)
@@ -71,6 +73,7 @@ class MemAlphaWorkflow(Workflow):
             raise ValueError(f"MemAlphaWorkflow: the env's info lacks {missing}; it needs the memory-store env "
                              f"(memrl/MemoryStore-v0), got keys {sorted(info)}")
         self.question, self.memory, self.chunk = str(info["question"]), info["memory"], observation
+        self.answer_chat = info.get("answer_chat") if info.get("phase") == "answer" else None
 
     def _ids(self, max_items: int) -> list[int]:
         system = SYSTEM_TEMPLATE.format(tools=self.tools, memory=render_store(self.memory, max_items))
@@ -78,6 +81,8 @@ class MemAlphaWorkflow(Workflow):
         return self.chat_ids([{"role": "system", "content": system}, {"role": "user", "content": user}])
 
     def prompt_ids(self) -> list[int]:
+        if self.answer_chat is not None:  # the env asks the policy to answer: it sees what an answerer would
+            return self.chat_ids(self.answer_chat)
         max_items = self.max_items
         ids = self._ids(max_items)
         while len(ids) > self.max_prompt_tokens and max_items > 0:

@@ -196,3 +196,22 @@ def test_the_text_mode_expert_writes_the_same_facts_as_one_paragraph(reader_url,
     env.reset(seed=0)
     with pytest.raises(ValueError, match="synthetic"):
         env.expert_action()
+
+
+def test_the_policy_can_answer_itself_seeing_what_an_answerer_would():
+    env = MemoryStoreEnv(num_chunks=2, num_questions=3, answerer="policy")
+    env.reset(seed=6)
+    for _ in range(2):
+        obs, reward, terminated, _, info = env.step(env.expert_action())
+    assert not terminated and info["phase"] == "answer" and obs == env.task.questions[0].question
+    assert info["answer_chat"] == env.answer_chat(0) and info["answer_chat"][1]["content"] == obs
+    assert reward == pytest.approx(1.1) and not env.metadata["blocking_io"]
+    answers = []
+    while not terminated:
+        answers.append(env.expert_action() if len(answers) != 1 else "no idea")
+        obs, reward, terminated, _, info = env.step(answers[-1])
+    assert info["answers"] == answers and info["metrics"]["r_acc"] == pytest.approx(2 / 3)
+    shared = 2 / 3 + 0.05 * info["metrics"]["r_compress"]
+    assert info["row_rewards"] == pytest.approx([shared + 1.1, shared + 1.1, shared, shared, shared])
+    with pytest.raises(ValueError, match="frozen answerer"):
+        MemoryStoreEnv.check_options({"answerer": "policy", "judge": "answerer"})

@@ -81,3 +81,16 @@ def test_expert_replies_parse_back_and_their_episodes_earn_every_row_reward(toke
                                          max_calls=10, check_action=expert.check_action))
     assert len(trajectory.conversations) == 4 and trajectory.metrics["tool_success"] == 1.0
     assert trajectory.metrics["r_tool_mean"] == trajectory.metrics["r_content_mean"] == 1.0
+
+
+def test_when_the_policy_answers_its_prompt_is_the_answer_chat(tokenizer):
+    from memrl.rollout.loop import ExpertResponder
+
+    env = MemoryStoreEnv(category="test_time_learning", num_chunks=2, num_questions=2, answerer="policy")
+    workflow = MemAlphaWorkflow(tokenizer)
+    expert = ExpertResponder(env, workflow, tokenizer.eos_token_id)
+    trajectory = asyncio.run(run_episode(env, workflow, Task(seed=2, group_id="g", traj_id="t"), expert,
+                                         max_calls=10, check_action=expert.check_action))
+    assert len(trajectory.conversations) == 4 and trajectory.metrics["r_acc"] == 1.0
+    answer_prompt = tokenizer.decode(trajectory.conversations[2].prompt_ids)
+    assert "\\boxed{n}" in answer_prompt and "Tools:" not in answer_prompt
