@@ -20,6 +20,28 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
+def serve_http():
+    """Starts loopback HTTP servers for a test session: `serve_http(handler_class)` gives the server's base URL
+    (http://127.0.0.1:PORT); every server stops when the session ends."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    servers = []
+
+    def start(handler) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """Path of a freshly built tiny Qwen2 checkpoint (tokenizer included)."""
     from memrl.models.tiny import build_tiny_checkpoint

@@ -1,8 +1,7 @@
 """memrl/MemoryStore-v0 end to end: tool calls against the store, the answer phase over HTTP, the reward split."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import gymnasium as gym
 import pytest
@@ -37,13 +36,8 @@ class _Reader(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def reader_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Reader)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+def reader_url(serve_http):
+    return serve_http(_Reader) + "/v1"
 
 
 def _facts_of(chunk: str) -> list[str]:

@@ -2,9 +2,8 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pyarrow as pa
@@ -168,19 +167,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer({"detail": "Not Found"}, status=404)
 
 
-def _serve(handler):
-    """A loopback HTTP server answering with `handler` in a thread; yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.fixture(scope="module")
-def server_url():
-    yield from _serve(_Handler)
+def server_url(serve_http):
+    return serve_http(_Handler)
 
 
 def test_http_search_r1_shape(server_url):
@@ -347,8 +336,8 @@ class _Misbehaving(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def bad_server_url():
-    yield from _serve(_Misbehaving)
+def bad_server_url(serve_http):
+    return serve_http(_Misbehaving)
 
 
 def test_http_flaky_server_is_asked_again(bad_server_url):
