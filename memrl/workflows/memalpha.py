@@ -36,6 +36,20 @@ USER_TEMPLATE = (
 """The user message of each call: the task's purpose and the chunk."""
 
 
+TOOL_FORMATS = ("json", "compact")
+"""How the system prompt lists the tools (see MemAlphaWorkflow)."""
+
+
+def _signature(schema: dict) -> str:
+    """A tool as one line: name(arg: "a" | "b", text: string, id?: string) - description."""
+    properties, required = schema["parameters"]["properties"], schema["parameters"]["required"]
+    args = []
+    for name, spec in properties.items():
+        kind = " | ".join(f'"{v}"' for v in spec["enum"]) if "enum" in spec else spec["type"]
+        args.append(f"{name}{'' if name in required else '?'}: {kind}")
+    return f"{schema['name']}({', '.join(args)}) - {schema['description']}"
+
+
 def render_store(memory: dict, max_items: int) -> str:
     """The memory as the policy sees it: core, then the latest `max_items` items of each list with their ids."""
     parts = [f"<core_memory>\n{memory.get('core') or '(empty)'}\n</core_memory>"]
@@ -51,7 +65,9 @@ class MemAlphaWorkflow(Workflow):
     """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = 20, max_prompt_tokens: int = 6144,
-                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES):
+                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES, tool_format: str = "json"):
+        """`tool_format`: "json" lists each tool's OpenAI schema as a JSON line (what Qwen-Agent shows); "compact"
+        one signature line per tool (about a third of the tokens, for small models and CPU runs)."""
         super().__init__(tokenizer)
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
             raise ValueError(f"MemAlphaWorkflow: max_items must be an int >= 0; got {max_items!r}")
@@ -59,7 +75,13 @@ class MemAlphaWorkflow(Workflow):
             raise ValueError(f"MemAlphaWorkflow: max_prompt_tokens must be a positive int; got {max_prompt_tokens!r}")
         self.max_items = max_items
         self.max_prompt_tokens = max_prompt_tokens
-        self.tools = "\n".join(json.dumps(s["function"], separators=(",", ":")) for s in tool_schemas(tuple(enabled)))
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"MemAlphaWorkflow: tool_format must be one of {TOOL_FORMATS}; got {tool_format!r}")
+        schemas = [s["function"] for s in tool_schemas(tuple(enabled))]
+        if tool_format == "json":
+            self.tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in schemas)
+        else:
+            self.tools = "\n".join(_signature(s) for s in schemas)
         self.question = self.chunk = ""
         self.memory: dict = {}
         self.answer_chat: list[dict[str, str]] | None = None

@@ -94,3 +94,18 @@ def test_when_the_policy_answers_its_prompt_is_the_answer_chat(tokenizer):
     assert len(trajectory.conversations) == 4 and trajectory.metrics["r_acc"] == 1.0
     answer_prompt = tokenizer.decode(trajectory.conversations[2].prompt_ids)
     assert "\\boxed{n}" in answer_prompt and "Tools:" not in answer_prompt
+
+
+def test_compact_tool_lines_name_every_argument_and_cost_fewer_tokens(tokenizer):
+    env = MemoryStoreEnv(num_chunks=1)
+    obs, info = env.reset(seed=0)
+    lengths = {}
+    for tool_format in ("json", "compact"):
+        workflow = MemAlphaWorkflow(tokenizer, tool_format=tool_format)
+        workflow.reset(obs, info)
+        lengths[tool_format] = len(workflow.prompt_ids())
+    assert lengths["compact"] < 0.8 * lengths["json"]
+    assert 'memory_update(memory_type: "core_memory" | "semantic_memory" | "episodic_memory", new_content: string, ' \
+           "memory_id?: string)" in workflow.tools
+    with pytest.raises(ValueError, match="tool_format"):
+        MemAlphaWorkflow(tokenizer, tool_format="xml")
