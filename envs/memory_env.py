@@ -13,13 +13,13 @@ With answerer="policy" the policy answers instead: after the last chunk each ste
 "answer", info["answer_chat"] the chat a frozen answerer would get) and its reply the answer; these answer rows share
 the trajectory's r_acc + beta * r_compress.
 
-info on reset and every step: phase ("memory" while chunks remain, "answer" while the policy answers, "done" at
-the end), question (what the user asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of
-the chunk the observation is), num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls (one {"name", "ok",
-"message"} per call found in the reply), r_tool and r_content. The final step adds answers (the answerer's reply
-per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens, tool_success
-(share of the episode's calls that executed), calls_per_chunk, r_tool_mean and r_content_mean (over rows).
-With dump_dir set, each finished episode's store, answers and rewards are written there as JSON.
+info on reset and every step: phase ("memory" while chunks remain, "answer" while the policy answers, "done" at the
+end), question (what the user asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of the
+chunk the observation is), num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
+(one {"name", "ok", "message"} per call found in the reply), r_tool and r_content. The final step adds answers (the
+answerer's reply per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens,
+tool_success (share of the episode's calls that executed), calls_per_chunk, r_tool_mean and r_content_mean (over
+rows). With dump_dir set, each finished episode's store, answers and rewards are written there as JSON.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ Errors name the file, the row and the key.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,16 @@ def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: 
 def load_memory_tasks(path: str | Path, chunk_tokens: int = 2048, tokenizer_path: str | None = None
                       ) -> tuple[MemoryTask, ...]:
     """Tasks of a Mem-α or MemoryAgentBench file (.parquet, .jsonl or .json), each row read by its keys: rows with
-    "chunks" are the authors', rows with "context" MemoryAgentBench's (chunked to `chunk_tokens`)."""
+    "chunks" are the authors', rows with "context" MemoryAgentBench's (chunked to `chunk_tokens`). A file is read
+    once per process, file version and chunking: every env over it shares the same task objects."""
+    path = Path(path)
+    mtime = path.stat().st_mtime_ns if path.is_file() else 0
+    return _load_memory_tasks(str(path), mtime, chunk_tokens, None if tokenizer_path is None else str(tokenizer_path))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_memory_tasks(path: str, mtime_ns: int, chunk_tokens: int, tokenizer_path: str | None
+                       ) -> tuple[MemoryTask, ...]:
     tasks = []
     for row, where in read_rows(path):
         if isinstance(row, dict) and "chunks" not in row and "context" in row:

@@ -63,3 +63,19 @@ def test_bad_rows_name_file_row_and_key(tmp_path, row, message):
     with pytest.raises(ValueError, match=message) as caught:
         load_memory_tasks(path)
     assert str(path) in str(caught.value)
+
+
+def test_a_file_is_read_once_per_process_and_again_when_it_changes(tmp_path):
+    import json as _json
+    import os
+
+    from envs.memory_env import MemoryStoreEnv
+
+    path = tmp_path / "tasks.jsonl"
+    row = {"chunks": ["a b c"], "questions_and_answers": [{"question": "q", "answer": "a"}]}
+    path.write_text(_json.dumps(row))
+    first, second = (MemoryStoreEnv(data="file", data_path=str(path)) for _ in range(2))
+    assert first._file_tasks is second._file_tasks
+    path.write_text(_json.dumps({**row, "chunks": ["d e f"]}))
+    os.utime(path, ns=(1, path.stat().st_mtime_ns + 10**9))
+    assert MemoryStoreEnv(data="file", data_path=str(path))._file_tasks[0].chunks == ("d e f",)
