@@ -23,6 +23,8 @@ from envs.multihop import CITIES, COMPANIES, PEOPLE
 
 CATEGORIES = ("accurate_retrieval", "test_time_learning", "long_range_understanding")
 """Task categories (the data_source of the tasks they make)."""
+MIXED = "mixed"
+"""The category option that takes the categories in turn by seed (seed % 3), as the paper trains on all three."""
 
 THEMES = (
     ("river", "boat", "water", "fish", "bridge", "rain"),
@@ -54,7 +56,7 @@ class MemoryGeneratorConfig:
     """Which category to generate and its difficulty knobs."""
 
     category: str = "accurate_retrieval"
-    """One of CATEGORIES."""
+    """One of CATEGORIES, or MIXED (task i is of category CATEGORIES[i % 3])."""
     num_chunks: int = 6
     """Chunks per task (each one reply of the memory agent)."""
     num_questions: int = 4
@@ -77,8 +79,9 @@ class MemoryGeneratorConfig:
     """Long-range understanding: sentences without a key word in each chunk."""
 
     def __post_init__(self) -> None:
-        if self.category not in CATEGORIES:
-            raise ValueError(f"MemoryGeneratorConfig.category must be one of {CATEGORIES}, got {self.category!r}")
+        if self.category not in (*CATEGORIES, MIXED):
+            raise ValueError(f"MemoryGeneratorConfig.category must be one of {(*CATEGORIES, MIXED)}, got "
+                             f"{self.category!r}")
         for name in ("num_chunks", "num_questions", "facts_per_chunk", "samples_per_chunk", "theme_words_per_sample",
                      "keywords"):
             value = getattr(self, name)
@@ -94,20 +97,21 @@ class MemoryGeneratorConfig:
             raise ValueError(f"MemoryGeneratorConfig.num_classes must be 2 to 5, got {self.num_classes!r}")
         if self.theme_words_per_sample > len(THEMES[0]):
             raise ValueError(f"MemoryGeneratorConfig.theme_words_per_sample must be at most {len(THEMES[0])}")
-        if self.category == "accurate_retrieval" and self.num_chunks * self.facts_per_chunk > 2 * len(PEOPLE):
+        if self.category in ("accurate_retrieval", MIXED) and self.num_chunks * self.facts_per_chunk > 2 * len(PEOPLE):
             raise ValueError("MemoryGeneratorConfig: num_chunks * facts_per_chunk must be at most "
                              f"{2 * len(PEOPLE)} for accurate retrieval (two facts per person)")
 
 
 def make_memory_task(seed: int, config: MemoryGeneratorConfig | None = None) -> MemoryTask:
-    """The task of `seed` in `config`'s category."""
+    """The task of `seed` in `config`'s category (with MIXED: in category CATEGORIES[seed % 3])."""
     config = config or MemoryGeneratorConfig()
-    rng = random.Random(f"memalpha-{config.category}-{seed}")
+    category = CATEGORIES[seed % len(CATEGORIES)] if config.category == MIXED else config.category
+    rng = random.Random(f"memalpha-{category}-{seed}")
     make = {"accurate_retrieval": _accurate_retrieval, "test_time_learning": _test_time_learning,
-            "long_range_understanding": _long_range}[config.category]
+            "long_range_understanding": _long_range}[category]
     chunks, questions = make(rng, config)
-    return MemoryTask(instance_id=f"{config.category}-{seed}", prompt="", chunks=tuple(chunks),
-                      questions=tuple(questions), data_source=config.category)
+    return MemoryTask(instance_id=f"{category}-{seed}", prompt="", chunks=tuple(chunks),
+                      questions=tuple(questions), data_source=category)
 
 
 def _stamp(day: int, minute: int) -> str:

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from envs.memory_generators import CATEGORIES, MemoryGeneratorConfig, make_memory_task
+from envs.memory_generators import CATEGORIES, MIXED, MemoryGeneratorConfig, make_memory_task
 from envs.memory_rewards import score_answer
 
 
@@ -55,6 +55,14 @@ def test_long_range_question_asks_for_key_words_spread_over_the_story():
     assert all(k in story for k in keywords)
     assert score_answer(story, question.answers, task.data_source) == 1.0
     assert score_answer(task.chunks[0], question.answers, task.data_source) < 1.0
+
+
+def test_mixed_takes_the_categories_in_turn_by_seed():
+    mixed = MemoryGeneratorConfig(category=MIXED, num_chunks=3)
+    for seed in range(6):
+        category = CATEGORIES[seed % 3]
+        assert make_memory_task(seed, mixed) == make_memory_task(seed, MemoryGeneratorConfig(category=category,
+                                                                                               num_chunks=3))
 
 
 @pytest.mark.parametrize("bad", [{"category": "trivia"}, {"num_chunks": 0}, {"two_fact_share": 2.0},
