@@ -34,6 +34,12 @@ USER_TEMPLATE = (
     "its dated events as episodic items.\n\n<new_chunk>\n{chunk}\n</new_chunk>"
 )
 """The user message of each call: the task's purpose and the chunk."""
+BRIEF_SYSTEM = "Write memory tool calls for the new chunk.\n\nCurrent memory:\n{memory}"
+"""The system prompt of prompt="brief": no tool list and no explanations, the memory as it stands."""
+BRIEF_USER = "<new_chunk>\n{chunk}\n</new_chunk>"
+"""The user message of prompt="brief": the chunk alone."""
+PROMPTS = ("full", "brief")
+"""What each call shows besides the memory and the chunk (see MemAlphaWorkflow)."""
 
 
 TOOL_FORMATS = ("json", "compact")
@@ -65,9 +71,13 @@ class MemAlphaWorkflow(Workflow):
     """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = 20, max_prompt_tokens: int = 6144,
-                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES, tool_format: str = "json"):
+                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES, tool_format: str = "json",
+                 prompt: str = "full"):
         """`tool_format`: "json" lists each tool's OpenAI schema as a JSON line (what Qwen-Agent shows); "compact"
-        one signature line per tool (about a third of the tokens, for small models and CPU runs)."""
+        one signature line per tool (about a third of the tokens, for small models and CPU runs).
+        `prompt`: "full" explains the memory types and the call format and lists the tools; "brief" shows only the
+        memory and the chunk (about a third of the tokens of "full" with compact tools), for a model that learns the
+        calls from SFT on the expert rather than from reading, such as the CPU runs' tiny one."""
         super().__init__(tokenizer)
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 0:
             raise ValueError(f"MemAlphaWorkflow: max_items must be an int >= 0; got {max_items!r}")
@@ -75,6 +85,9 @@ class MemAlphaWorkflow(Workflow):
             raise ValueError(f"MemAlphaWorkflow: max_prompt_tokens must be a positive int; got {max_prompt_tokens!r}")
         self.max_items = max_items
         self.max_prompt_tokens = max_prompt_tokens
+        if prompt not in PROMPTS:
+            raise ValueError(f"MemAlphaWorkflow: prompt must be one of {PROMPTS}; got {prompt!r}")
+        self.prompt = prompt
         if tool_format not in TOOL_FORMATS:
             raise ValueError(f"MemAlphaWorkflow: tool_format must be one of {TOOL_FORMATS}; got {tool_format!r}")
         schemas = [s["function"] for s in tool_schemas(tuple(enabled))]
@@ -98,8 +111,12 @@ class MemAlphaWorkflow(Workflow):
         self.answer_chat = info.get("answer_chat") if info.get("phase") == "answer" else None
 
     def _ids(self, max_items: int) -> list[int]:
-        system = SYSTEM_TEMPLATE.format(tools=self.tools, memory=render_store(self.memory, max_items))
-        user = USER_TEMPLATE.format(question=self.question, chunk=self.chunk)
+        memory = render_store(self.memory, max_items)
+        if self.prompt == "brief":
+            system, user = BRIEF_SYSTEM.format(memory=memory), BRIEF_USER.format(chunk=self.chunk)
+        else:
+            system = SYSTEM_TEMPLATE.format(tools=self.tools, memory=memory)
+            user = USER_TEMPLATE.format(question=self.question, chunk=self.chunk)
         return self.chat_ids([{"role": "system", "content": system}, {"role": "user", "content": user}])
 
     def prompt_ids(self) -> list[int]:

@@ -109,3 +109,18 @@ def test_compact_tool_lines_name_every_argument_and_cost_fewer_tokens(tokenizer)
            "memory_id?: string)" in workflow.tools
     with pytest.raises(ValueError, match="tool_format"):
         MemAlphaWorkflow(tokenizer, tool_format="xml")
+
+
+def test_brief_prompt_shows_the_memory_and_the_chunk_only(tokenizer):
+    env = MemoryStoreEnv(num_chunks=2)
+    obs, info = env.reset(seed=0)
+    env.step(env.expert_action())
+    obs, info = env._chunks[1], env._info("memory")
+    full, brief = MemAlphaWorkflow(tokenizer, tool_format="compact"), MemAlphaWorkflow(tokenizer, prompt="brief")
+    for workflow in (full, brief):
+        workflow.reset(obs, info)
+    text = tokenizer.decode(brief.prompt_ids())
+    assert obs in text and env.store.core in text and "new_memory_insert" not in text
+    assert len(brief.prompt_ids()) < 0.6 * len(full.prompt_ids())
+    with pytest.raises(ValueError, match="prompt"):
+        MemAlphaWorkflow(tokenizer, prompt="short")
