@@ -16,7 +16,7 @@ from tqdm import tqdm
 from memrl.cluster import VERBOSE_ENV, ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.models import tiny
-from memrl.stats import eval_summary, paired_interval
+from memrl.stats import eval_summary, paired_interval, reward_interval
 
 RUNS = Path("runs")
 """Where examples write models, checkpoints and results (relative to the working directory)."""
@@ -75,11 +75,13 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
     return train(cfg, iterations, args.out or RUNS / name)
 
 
-def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
+def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | None = None) -> dict:
     """Build, evaluate before, train with a progress bar, evaluate after, write the algorithm checkpoint to
     out/checkpoint, the policy to out/model (a Hugging Face checkpoint), the figures to out/summary.json (with
-    "change": the per-task change of the held-out reward and its 95% interval, both evaluations being on the same
-    tasks) and the learning curve to out/curve.png."""
+    "change": the per-task change of the held-out score and its 95% interval, both evaluations being on the same
+    tasks) and the learning curve to out/curve.png. The score is the trajectory's reward, or with `metric` that env
+    figure of each trajectory (e.g. Mem-α's r_acc); its mean and 95% interval are then added to each evaluation's
+    figures as <metric>_mean, <metric>_ci_low and <metric>_ci_high."""
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     bars = config.debugging_cfg.progress_bars
@@ -87,34 +89,56 @@ def train(config: AlgorithmConfig, iterations: int, out: Path) -> dict:
     t_eval = time.perf_counter()
     before_trajectories = heldout(algo, "evaluation before", bars)
     eval_s = time.perf_counter() - t_eval
-    curve, timers = [], []
+    key = metric or "reward"
+    curve, score_curve, timers = [], [], []
     bar = tqdm(range(iterations), desc="training", unit="iter", disable=not bars)
     for _ in bar:
         result = algo.train()
         curve.append(result["env_runners"]["reward_mean"])
+        score_curve.append(result["env_runners"].get(f"{key}_mean", float("nan")))
         timers.append(result["timers"])
         bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
                         it_s=f"{result['timers']['iteration_s']:.1f}")
     after_trajectories = heldout(algo, "evaluation after", bars)
-    before, after = eval_summary(before_trajectories), eval_summary(after_trajectories)
+    before, after = heldout_summary(before_trajectories, metric), heldout_summary(after_trajectories, metric)
     # Tasks where either evaluation's episode failed (its env could not finish it) have no pair to compare.
-    pairs = [(b.reward, a.reward) for b, a in zip(before_trajectories, after_trajectories)
+    pairs = [(score(b, metric), score(a, metric)) for b, a in zip(before_trajectories, after_trajectories)
              if not (b.failure or a.failure)]
     change, low, high = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
     algo.save_to_path(out / "checkpoint")
     algo.save_model(out / "model")
     algo.stop()
-    summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after,
+    summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after, "score": key,
+               "score_per_iteration": score_curve,
                "change": {"mean": change, "ci_low": low, "ci_high": high},
                "wall_s": time.perf_counter() - start, "eval_s": eval_s,
                "mean_timers_s": {k: sum(t[k] for t in timers) / len(timers) for k in timers[0]} if timers else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_curve(summary, out / "curve.png")
     for name, ev in (("before", before), ("after", after)):
-        print(f"held-out reward {name} training: {ev['reward_mean']:.3f} "
-              f"[{ev['reward_ci_low']:.3f}, {ev['reward_ci_high']:.3f}] over {int(ev['num_tasks'])} tasks")
+        print(f"held-out {key} {name} training: {ev[f'{key}_mean']:.3f} "
+              f"[{ev[f'{key}_ci_low']:.3f}, {ev[f'{key}_ci_high']:.3f}] over {int(ev['num_tasks'])} tasks")
     print(f"change on the same tasks: {change:+.3f} [{low:+.3f}, {high:+.3f}]")
     print(f"wrote {out} in {summary['wall_s']:.0f} s")
+    return summary
+
+
+def score(trajectory, metric: str | None) -> float:
+    """A held-out trajectory's score: its reward, or its env figure `metric`."""
+    if metric is None:
+        return trajectory.reward
+    if metric not in trajectory.metrics:
+        raise KeyError(f"held-out score {metric!r} is not among the trajectory's metrics {sorted(trajectory.metrics)}")
+    return trajectory.metrics[metric]
+
+
+def heldout_summary(trajectories: list, metric: str | None) -> dict:
+    """eval_summary, plus the mean of `metric` and its 95% interval when the score is an env figure."""
+    summary = eval_summary(trajectories)
+    if metric is not None:
+        values = [score(t, metric) for t in trajectories if not t.failure]
+        mean, low, high = reward_interval(values)
+        summary.update({f"{metric}_mean": mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
     return summary
 
 
@@ -128,27 +152,29 @@ def heldout(algo, label: str, bar: bool = True) -> list:
 
 
 def plot_curve(summary: dict, path: Path) -> None:
-    """Training reward per iteration, with the held-out reward (and its interval) before and after training."""
+    """The training score (reward, or the env figure summary["score"]) per iteration, with the held-out score (and
+    its interval) before and after training."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curve = summary["reward_per_iteration"]
+    key = summary.get("score", "reward")
+    curve = summary["score_per_iteration"] if key != "reward" else summary["reward_per_iteration"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(range(1, len(curve) + 1), curve, marker=".", alpha=0.5, label="training reward (sampled)")
+    ax.plot(range(1, len(curve) + 1), curve, marker=".", alpha=0.5, label=f"training {key} (sampled)")
     window = min(5, len(curve))
     if window > 1:  # a handful of tasks per iteration makes the raw curve noisy
         smooth = np.convolve(curve, np.ones(window) / window, mode="valid")
         ax.plot(range(window, len(curve) + 1), smooth, label=f"mean of the last {window} iterations")
     for x, name in ((0, "eval_before"), (len(curve), "eval_after")):
         ev = summary[name]
-        ax.errorbar([x], [ev["reward_mean"]], yerr=[[ev["reward_mean"] - ev["reward_ci_low"]],
-                                                    [ev["reward_ci_high"] - ev["reward_mean"]]],
+        ax.errorbar([x], [ev[f"{key}_mean"]], yerr=[[ev[f"{key}_mean"] - ev[f"{key}_ci_low"]],
+                                                    [ev[f"{key}_ci_high"] - ev[f"{key}_mean"]]],
                     fmt="s", capsize=4, color="black")
-    ax.plot([], [], "s", color="black", label="held-out reward, greedy (95% CI)")
+    ax.plot([], [], "s", color="black", label=f"held-out {key}, greedy (95% CI)")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("reward")
+    ax.set_ylabel(key)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -1,0 +1,21 @@
+"""Held-out scoring of the tuned examples: the reward, or one env figure of each trajectory."""
+
+import pytest
+
+from memrl.episode import Trajectory
+from tuned_examples.common import heldout_summary, score
+
+
+def _trajectory(reward: float, r_acc: float, failure: str | None = None) -> Trajectory:
+    return Trajectory([], reward=reward, metrics={"r_acc": r_acc}, failure=failure)
+
+
+def test_an_env_figure_is_scored_with_its_interval_next_to_the_reward():
+    trajectories = [_trajectory(2.0, 1.0), _trajectory(1.0, 0.0), _trajectory(1.5, 0.5), _trajectory(9.0, 1.0, "x")]
+    summary = heldout_summary(trajectories, "r_acc")
+    assert summary["r_acc_mean"] == pytest.approx(0.5) and summary["reward_mean"] == pytest.approx(1.5)
+    assert summary["r_acc_ci_low"] < 0.5 < summary["r_acc_ci_high"] and summary["num_failed"] == 1
+    assert "r_acc_ci_low" not in heldout_summary(trajectories, None)
+    assert score(trajectories[0], None) == 2.0 and score(trajectories[0], "r_acc") == 1.0
+    with pytest.raises(KeyError, match="'tool_success' is not among"):
+        score(trajectories[0], "tool_success")
