@@ -37,13 +37,13 @@ class ChatServer:
         return replies
 
 
-def start_chat_server(name: str, model_path: str, engine: str = "torch", num_cpus: float = 1,
+def start_chat_server(name: str, model_path: str, engine: str = "torch", num_cpus: float = 1, num_gpus: float = 0,
                       start_timeout_s: float = 600.0, **config):
     """A ChatServer actor called `name` (get-or-create), for envs' `answerer="actor:<name>"`, once it has loaded its
     model (at most `start_timeout_s`); returns its handle. Keep it: the actor lives as long as a handle to it does."""
     import ray
 
-    actor = ray.remote(num_cpus=num_cpus)(ChatServer).options(name=name, get_if_exists=True).remote(
+    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(ChatServer).options(name=name, get_if_exists=True).remote(
         model_path, engine=engine, **config)
     try:
         ray.get(actor.__ray_ready__.remote(), timeout=start_timeout_s)
