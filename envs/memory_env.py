@@ -18,7 +18,7 @@ end), question (what the user asks the agent to memorise for; the task's prompt 
 chunk the observation is), num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
 (one {"name", "ok", "message"} per call found in the reply), r_tool and r_content. The final step adds answers (the
 answerer's reply per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens,
-tool_success (share of the episode's calls that executed), calls_per_chunk, r_tool_mean and r_content_mean (over
+tool_success (share of the episode's calls that executed), calls_per_chunk, r_tool and r_content (means over
 rows). With dump_dir set, each finished episode's store, answers and rewards are written there as JSON.
 """
 
@@ -262,8 +262,8 @@ class MemoryStoreEnv(gym.Env):
         metrics = {"r_compress": r_compress, "memory_tokens": float(memory_tokens), "chunk_tokens": float(chunk_tokens),
                    "tool_success": (sum(c["ok"] for c in self._calls) / len(self._calls)) if self._calls else 0.0,
                    "calls_per_chunk": len(self._calls) / len(self._chunks),
-                   "r_tool_mean": sum(t for t, _ in self._rows) / len(self._rows),
-                   "r_content_mean": sum(c for _, c in self._rows) / len(self._rows)}
+                   "r_tool": sum(t for t, _ in self._rows) / len(self._rows),
+                   "r_content": sum(c for _, c in self._rows) / len(self._rows)}
         info = {**self._info("done"), "calls": calls, "r_tool": r_tool, "r_content": r_content,
                 "golds": [list(q.answers) for q in task.questions]}
         if self.config.answerer is not None:

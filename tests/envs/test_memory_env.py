@@ -69,7 +69,7 @@ def test_an_episode_stores_what_the_calls_say_and_ends_with_rewards_per_row(read
     shared = m["r_acc"] + 0.05 * m["r_compress"]
     assert info["row_rewards"] == pytest.approx([shared + 1.1, shared + 1.1, shared])
     assert rewards[-1] == pytest.approx(shared)
-    assert m["tool_success"] == 1.0 and m["r_tool_mean"] == pytest.approx(2 / 3)
+    assert m["tool_success"] == 1.0 and m["r_tool"] == pytest.approx(2 / 3)
     assert len(info["answers"]) == 4 and info["golds"] == [list(q.answers) for q in task.questions]
     with pytest.raises(RuntimeError, match="after the episode ended"):
         env.step("more")

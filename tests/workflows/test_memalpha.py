@@ -80,7 +80,7 @@ def test_expert_replies_parse_back_and_their_episodes_earn_every_row_reward(toke
     trajectory = asyncio.run(run_episode(env, workflow, Task(seed=2, group_id="g", traj_id="t"), expert,
                                          max_calls=10, check_action=expert.check_action))
     assert len(trajectory.conversations) == 4 and trajectory.metrics["tool_success"] == 1.0
-    assert trajectory.metrics["r_tool_mean"] == trajectory.metrics["r_content_mean"] == 1.0
+    assert trajectory.metrics["r_tool"] == trajectory.metrics["r_content"] == 1.0
 
 
 def test_when_the_policy_answers_its_prompt_is_the_answer_chat(tokenizer):
