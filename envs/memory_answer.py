@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from envs.http_json import JSONClient, preview
 from envs.memory_rewards import metric_for
-from envs.memory_store import MemoryStore
+from envs.memory_store import MemoryStore, bm25_rank
 
 ANSWER_SYSTEM = (
     "You answer questions using only the memory below.\n\n"
@@ -77,6 +77,23 @@ def memory_for(store: MemoryStore, question: str, top_k: int | None) -> str:
         return [content for _, content in store.search(kind, question, top_k)]
 
     return render_memory(store.core if "core" in store.enabled else "", pick("semantic"), pick("episodic"))
+
+
+def context_memory(chunks: Sequence[str], question: str, top_k: int | None = None, max_tokens: int | None = None,
+                   count_tokens: Callable[[str], int] = lambda text: len(text.split())) -> str:
+    """The task's own chunks in place of a memory, for the baselines that keep none: the `top_k` chunks BM25 ranks
+    highest against the question, English stopwords left out (RAG-top2: top_k=2), or every chunk (long context); with `max_tokens`, only the
+    latest of those that fit (by `count_tokens`). Chunks stay in reading order."""
+    picked = sorted(bm25_rank(list(chunks), question, top_k, stopwords="en")) if top_k else list(range(len(chunks)))
+    kept, used = [], 0
+    for i in reversed(picked):
+        size = count_tokens(chunks[i])
+        if max_tokens is not None and used + size > max_tokens:
+            break
+        kept.append(i)
+        used += size
+    body = "\n\n".join(chunks[i] for i in sorted(kept)) or "(empty)"
+    return f"<context>\n{body}\n</context>"
 
 
 def answer_messages(memory: str, question: str, data_source: str) -> list[dict[str, str]]:

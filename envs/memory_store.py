@@ -45,6 +45,22 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
+def bm25_rank(texts: list[str], query: str, top_k: int, stopwords: str | None = None) -> list[int]:
+    """Indices of the (up to) `top_k` texts BM25 ranks highest against `query`, best first; texts sharing no term
+    with it are left out. Every word counts, one-letter ones included (a memory item is short, and "Q3" or "at 9"
+    matter); `stopwords="en"` drops English stopwords, for longer texts such as chunks."""
+    import bm25s
+
+    options = {"return_ids": False, "show_progress": False, "stopwords": stopwords, "token_pattern": r"(?u)\b\w+\b"}
+    query_tokens = bm25s.tokenize([query], **options)
+    if not texts or not query_tokens[0]:
+        return []
+    index = bm25s.BM25()
+    index.index(bm25s.tokenize(list(texts), **options), show_progress=False)
+    found, scores = index.retrieve(query_tokens, k=min(top_k, len(texts)), show_progress=False)
+    return [i for i, score in zip(found[0].tolist(), scores[0].tolist()) if score > 0]
+
+
 @dataclass
 class MemoryStore:
     """One episode's memory. `count_tokens` measures the core limit and memory sizes (whitespace words by default;
@@ -102,18 +118,8 @@ class MemoryStore:
     def search(self, memory_type: str, query: str, top_k: int) -> list[tuple[str, str]]:
         """Up to `top_k` (id, content) items of `memory_type` ranked by BM25 against `query`; items sharing no term
         with it are left out."""
-        import bm25s
-
         items = list(self._items(self._kind(memory_type, allowed=("semantic", "episodic"), tool="search")).items())
-        # Every word counts, one-letter ones and stopwords included: a memory is short, and "Q3" or "at 9" matter.
-        options = {"return_ids": False, "show_progress": False, "stopwords": None, "token_pattern": r"(?u)\b\w+\b"}
-        query_tokens = bm25s.tokenize([query], **options)
-        if not items or not query_tokens[0]:
-            return []
-        index = bm25s.BM25()
-        index.index(bm25s.tokenize([content for _, content in items], **options), show_progress=False)
-        found, scores = index.retrieve(query_tokens, k=min(top_k, len(items)), show_progress=False)
-        return [items[i] for i, score in zip(found[0].tolist(), scores[0].tolist()) if score > 0]
+        return [items[i] for i in bm25_rank([content for _, content in items], query, top_k)]
 
     def num_tokens(self) -> int:
         """Tokens the whole memory holds (core plus every item): Mem-α's memory size."""

@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from envs.memory_answer import HTTPAnswerer, answer_messages, memory_for, parse_verdict, render_memory
+from envs.memory_answer import (
+    HTTPAnswerer,
+    answer_messages,
+    context_memory,
+    memory_for,
+    parse_verdict,
+    render_memory,
+)
 from envs.memory_env import MemoryStoreEnv
 from envs.memory_store import MemoryStore
 
@@ -27,6 +34,15 @@ def test_the_answerer_sees_core_and_items_ranked_for_the_question():
     assert render_memory("", [], []).count("(empty)") == 3
     label = answer_messages(text, "Sample: river boat", "test_time_learning")[0]["content"]
     assert "\\boxed{n}" in label and "\\boxed" not in answer_messages(text, "q", "squad")[0]["content"]
+
+
+def test_baselines_read_the_chunks_themselves_top_k_by_bm25_or_the_latest_that_fit():
+    chunks = ["Kema works for Quovex.", "The weather is nice today.", "Quovex is based in Colton.", "Any idea?"]
+    rag = context_memory(chunks, "Where is the company Kema works for? Quovex", top_k=2)
+    assert rag == "<context>\nKema works for Quovex.\n\nQuovex is based in Colton.\n</context>"
+    assert context_memory(chunks, "x", max_tokens=7) == "<context>\nQuovex is based in Colton.\n\nAny idea?\n</context>"
+    assert context_memory(chunks, "x").count("\n\n") == 3
+    assert context_memory(chunks, "x", max_tokens=1) == "<context>\n(empty)\n</context>"
 
 
 def test_verdicts_are_read_from_the_judges_json():
