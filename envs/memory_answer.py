@@ -79,11 +79,11 @@ def memory_for(store: MemoryStore, question: str, top_k: int | None) -> str:
     return render_memory(store.core if "core" in store.enabled else "", pick("semantic"), pick("episodic"))
 
 
-def context_memory(chunks: Sequence[str], question: str, top_k: int | None = None, max_tokens: int | None = None,
-                   count_tokens: Callable[[str], int] = lambda text: len(text.split())) -> str:
-    """The task's own chunks in place of a memory, for the baselines that keep none: the `top_k` chunks BM25 ranks
-    highest against the question, English stopwords left out (RAG-top2: top_k=2), or every chunk (long context); with `max_tokens`, only the
-    latest of those that fit (by `count_tokens`). Chunks stay in reading order."""
+def context_chunks(chunks: Sequence[str], question: str, top_k: int | None = None, max_tokens: int | None = None,
+                   count_tokens: Callable[[str], int] = lambda text: len(text.split())) -> list[str]:
+    """The task's own chunks a baseline without a memory answers from: the `top_k` chunks BM25 ranks highest
+    against the question, English stopwords left out (RAG-top2: top_k=2), or every chunk (long context); with
+    `max_tokens`, only the latest of those that fit (by `count_tokens`). Chunks stay in reading order."""
     picked = sorted(bm25_rank(list(chunks), question, top_k, stopwords="en")) if top_k else list(range(len(chunks)))
     kept, used = [], 0
     for i in reversed(picked):
@@ -92,7 +92,12 @@ def context_memory(chunks: Sequence[str], question: str, top_k: int | None = Non
             break
         kept.append(i)
         used += size
-    body = "\n\n".join(chunks[i] for i in sorted(kept)) or "(empty)"
+    return [chunks[i] for i in sorted(kept)]
+
+
+def context_memory(chunks: Sequence[str]) -> str:
+    """Chunks shown in place of a memory (those context_chunks picks)."""
+    body = "\n\n".join(chunks) or "(empty)"
     return f"<context>\n{body}\n</context>"
 
 

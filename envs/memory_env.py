@@ -3,7 +3,11 @@
 reset -> the first chunk. Each step takes one reply: in memory="tools" mode its tool calls (envs.memory_store) run
 against the episode's store; in memory="text" mode the whole reply becomes the one-paragraph memory (the flat
 memory of the MemAgent and MEM1-style baselines). The step returns the next chunk. After the last chunk's step a
-frozen answerer answers every question from the final memory (envs.memory_answer) and the episode ends.
+frozen answerer answers every question from the final memory (envs.memory_answer) and the episode ends. In
+memory="context" mode nothing is written (the long-context and RAG baselines): each question is answered from the
+task's chunks themselves (the latest that fit in context_tokens, or the BM25 top context_top_k), so the episode
+starts at the questions; the policy answers them (answerer="policy"), or with answerer=None a caller hands
+env.answer_chat(i) to a frozen answerer itself (tuned_examples/memalpha_eval.py).
 
 Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
@@ -31,7 +35,15 @@ from typing import ClassVar
 
 import gymnasium as gym
 
-from envs.memory_answer import ActorAnswerer, HTTPAnswerer, LLMJudge, answer_messages, memory_for
+from envs.memory_answer import (
+    ActorAnswerer,
+    HTTPAnswerer,
+    LLMJudge,
+    answer_messages,
+    context_chunks,
+    context_memory,
+    memory_for,
+)
 from envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
 from envs.memory_rewards import (
     VARIANTS,
@@ -49,7 +61,7 @@ from envs.text_space import printable, text_space
 
 PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
 """What the agent is told to memorise for when the task has no prompt of its own."""
-MEMORY_MODES = ("tools", "text")
+MEMORY_MODES = ("tools", "text", "context")
 """'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
@@ -73,6 +85,10 @@ class MemoryStoreConfig:
     """Memory types the store offers (memory='tools')."""
     core_max_tokens: int = 512
     """Core memory limit in tokens; a longer update is cut at a word and marked."""
+    context_tokens: int | None = None
+    """memory='context': each question sees the latest chunks that fit in this many tokens (None: every chunk)."""
+    context_top_k: int | None = None
+    """memory='context': each question sees the chunks BM25 ranks highest against it, this many (RAG; None: off)."""
     answerer: str | None = None
     """Who answers the questions: an http(s):// OpenAI-compatible API base (".../v1"), "actor:NAME" for a running
     Ray actor with an answer() method (memrl.engines.chat.ChatServer), "policy" (the policy answers each question
@@ -129,7 +145,11 @@ class MemoryStoreConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"MemoryStoreConfig.{name} must be an int >= {low}, got {value!r}")
-        for name in ("answer_top_k", "max_chunks"):
+        if self.memory == "context" and self.answerer not in ("policy", None):
+            raise ValueError(f"MemoryStoreConfig: memory='context' has no writing phase to step through before a "
+                             f"frozen answerer; use answerer='policy' or None (and hand env.answer_chat(i) to the "
+                             f"answerer), got answerer={self.answerer!r}")
+        for name in ("answer_top_k", "max_chunks", "context_tokens", "context_top_k"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"MemoryStoreConfig.{name} must be None or an int >= 1, got {value!r}")
@@ -210,6 +230,9 @@ class MemoryStoreEnv(gym.Env):
                                  count_tokens=self._counter.count, seed=self._seed)
         self._chunk, self._rows, self._calls, self._answers = 0, [], [], []
         self._done = False
+        if self.config.memory == "context":  # nothing to write: straight to the questions
+            self._chunk = len(chunks)
+            return self._question(), self._info("answer")
         return chunks[0], self._info("memory")
 
     def step(self, action: str):
@@ -257,13 +280,17 @@ class MemoryStoreEnv(gym.Env):
     def _finish(self, reward: float, calls: list[dict], r_tool: float, r_content: float):
         config, task = self.config, self.task
         chunk_tokens = sum(self._counter.counts(list(self._chunks)))
-        memory_tokens = self.store.num_tokens()
+        if config.memory == "context":  # what each question was shown, on average
+            shown = [self._context(q.question) for q in task.questions]
+            memory_tokens = sum(sum(self._counter.counts(c)) if c else 0 for c in shown) / len(shown)
+        else:
+            memory_tokens = self.store.num_tokens()
         r_compress = compression_reward(memory_tokens, chunk_tokens)
         metrics = {"r_compress": r_compress, "memory_tokens": float(memory_tokens), "chunk_tokens": float(chunk_tokens),
                    "tool_success": (sum(c["ok"] for c in self._calls) / len(self._calls)) if self._calls else 0.0,
                    "calls_per_chunk": len(self._calls) / len(self._chunks),
-                   "r_tool": sum(t for t, _ in self._rows) / len(self._rows),
-                   "r_content": sum(c for _, c in self._rows) / len(self._rows)}
+                   "r_tool": sum(t for t, _ in self._rows) / max(1, len(self._rows)),
+                   "r_content": sum(c for _, c in self._rows) / max(1, len(self._rows))}
         info = {**self._info("done"), "calls": calls, "r_tool": r_tool, "r_content": r_content,
                 "golds": [list(q.answers) for q in task.questions]}
         if self.config.answerer is not None:
@@ -294,6 +321,8 @@ class MemoryStoreEnv(gym.Env):
         question = self.task.questions[index].question
         if self.config.memory == "text":
             memory = f"<memory>\n{self.store.core}\n</memory>"
+        elif self.config.memory == "context":
+            memory = context_memory(self._context(question))
         else:
             memory = memory_for(self.store, question, self.config.answer_top_k)
         return answer_messages(memory, question, self.task.data_source)
@@ -304,6 +333,12 @@ class MemoryStoreEnv(gym.Env):
         if len(answers) != len(chats):
             raise ValueError(f"the answerer gave {len(answers)} replies for {len(chats)} questions")
         return [a if isinstance(a, str) else "" for a in answers]
+
+    def _context(self, question: str) -> list[str]:
+        """memory='context': the chunks question `question` is shown."""
+        config = self.config
+        return context_chunks(self._chunks, question, top_k=config.context_top_k, max_tokens=config.context_tokens,
+                              count_tokens=self._counter.count)
 
     def expert_action(self) -> str:
         """What a scripted Mem-α agent writes for the current chunk of a synthetic task, as Qwen-Agent tool calls

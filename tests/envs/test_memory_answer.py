@@ -11,6 +11,7 @@ import pytest
 from envs.memory_answer import (
     HTTPAnswerer,
     answer_messages,
+    context_chunks,
     context_memory,
     memory_for,
     parse_verdict,
@@ -38,11 +39,12 @@ def test_the_answerer_sees_core_and_items_ranked_for_the_question():
 
 def test_baselines_read_the_chunks_themselves_top_k_by_bm25_or_the_latest_that_fit():
     chunks = ["Kema works for Quovex.", "The weather is nice today.", "Quovex is based in Colton.", "Any idea?"]
-    rag = context_memory(chunks, "Where is the company Kema works for? Quovex", top_k=2)
-    assert rag == "<context>\nKema works for Quovex.\n\nQuovex is based in Colton.\n</context>"
-    assert context_memory(chunks, "x", max_tokens=7) == "<context>\nQuovex is based in Colton.\n\nAny idea?\n</context>"
-    assert context_memory(chunks, "x").count("\n\n") == 3
-    assert context_memory(chunks, "x", max_tokens=1) == "<context>\n(empty)\n</context>"
+    rag = context_chunks(chunks, "Where is the company Kema works for? Quovex", top_k=2)
+    assert rag == ["Kema works for Quovex.", "Quovex is based in Colton."]
+    assert context_chunks(chunks, "x", max_tokens=7) == ["Quovex is based in Colton.", "Any idea?"]
+    assert context_chunks(chunks, "x") == chunks and context_chunks(chunks, "x", max_tokens=1) == []
+    assert context_memory(rag) == "<context>\nKema works for Quovex.\n\nQuovex is based in Colton.\n</context>"
+    assert context_memory([]) == "<context>\n(empty)\n</context>"
 
 
 def test_verdicts_are_read_from_the_judges_json():

@@ -146,6 +146,7 @@ def test_file_tasks_and_dumps(tmp_path):
     ({"answerer": "ftp://x"}, "answerer"), ({"memory": "graph"}, "memory"), ({"judge": "answerer"}, "judge"),
     ({"beta": -1}, "beta"), ({"nope": 1}, "nope"), ({"enabled": ["core", "procedural"]}, "enabled"),
     ({"data": "file"}, "data_path"), ({"answer_top_k": 0}, "answer_top_k"), ({"category": "x"}, "category"),
+    ({"memory": "context", "answerer": "actor:a"}, "no writing phase"), ({"context_top_k": 0}, "context_top_k"),
 ])
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
@@ -209,3 +210,26 @@ def test_the_policy_can_answer_itself_seeing_what_an_answerer_would():
     assert info["row_rewards"] == pytest.approx([shared + 1.1, shared + 1.1, shared, shared, shared])
     with pytest.raises(ValueError, match="frozen answerer"):
         MemoryStoreEnv.check_options({"answerer": "policy", "judge": "answerer"})
+
+
+@pytest.mark.parametrize("options", [{}, {"context_top_k": 1}, {"context_tokens": 60}])
+def test_context_mode_answers_from_the_chunks_themselves(options):
+    """The long-context and RAG baselines: no writing phase, each question sees chunks, the memory is what it saw."""
+    env = MemoryStoreEnv(memory="context", num_chunks=4, num_questions=2, answerer="policy", **options)
+    obs, info = env.reset(seed=3)
+    assert info["phase"] == "answer" and obs == env.task.questions[0].question
+    chat = info["answer_chat"][0]["content"]
+    shown = [c for c in env.task.chunks if c in chat]
+    if options.get("context_top_k"):
+        assert len(shown) == 1
+    elif options.get("context_tokens"):
+        assert shown == list(env.task.chunks[-len(shown):]) and 0 < len(shown) < 4
+    else:
+        assert shown == list(env.task.chunks)
+    terminated = False
+    while not terminated:
+        obs, reward, terminated, _, info = env.step(env.expert_action())
+    metrics = info["metrics"]
+    assert metrics["r_acc"] == 1.0 and metrics["r_tool"] == 0.0 and len(info["row_rewards"]) == 2
+    assert metrics["memory_tokens"] <= metrics["chunk_tokens"]
+    assert (metrics["memory_tokens"] == metrics["chunk_tokens"]) == (not options)
