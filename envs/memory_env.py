@@ -7,7 +7,8 @@ frozen answerer answers every question from the final memory (envs.memory_answer
 memory="context" mode nothing is written (the long-context and RAG baselines): each question is answered from the
 task's chunks themselves (the latest that fit in context_tokens, or the BM25 top context_top_k), so the episode
 starts at the questions; the policy answers them (answerer="policy"), or with answerer=None a caller hands
-env.answer_chat(i) to a frozen answerer itself (tuned_examples/memalpha_eval.py).
+env.answer_chat(i) to a frozen answerer itself. reset(options=...) changes any option but FIXED_OPTIONS for one
+episode (SFT's task_options mix memory modes and categories that way).
 
 Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
@@ -64,6 +65,9 @@ PROMPT = "Remember the following content chunk by chunk; you will be asked quest
 MEMORY_MODES = ("tools", "text", "context")
 """'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph."""
 JUDGES = ("rules", "answerer")
+FIXED_OPTIONS = ("data", "data_path", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
+                 "answerer_timeout_s", "answerer_retries", "judge")
+"""Options set once per env (they load files or reach the answerer): reset options may change any other."""
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
 
 
@@ -167,7 +171,9 @@ class MemoryStoreEnv(gym.Env):
 
     def __init__(self, **kwargs):
         """`kwargs` are MemoryStoreConfig fields and, for data='synthetic', MemoryGeneratorConfig fields."""
+        self._kwargs = dict(kwargs)
         self.config, self.generator = self._configs(kwargs)
+        self._base = self.config, self.generator
         config = self.config
         if config.data == "file":
             self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
@@ -217,8 +223,12 @@ class MemoryStoreEnv(gym.Env):
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        if options:
-            raise ValueError(f"MemoryStoreEnv.reset takes no options, got {sorted(options)}")
+        # Options change this episode only (e.g. SFT's task_options mixing memory modes or categories).
+        fixed = sorted(set(options or ()) & set(FIXED_OPTIONS))
+        if fixed:
+            raise ValueError(f"MemoryStoreEnv.reset options {fixed} are set once per env; an episode may change "
+                             f"any other option")
+        self.config, self.generator = self._configs({**self._kwargs, **options}) if options else self._base
         self._seed = (seed or 0) + self.config.seed_offset
         if self.config.data == "file":
             self.task = self._file_tasks[self._seed % len(self._file_tasks)]

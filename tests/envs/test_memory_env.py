@@ -233,3 +233,15 @@ def test_context_mode_answers_from_the_chunks_themselves(options):
     assert metrics["r_acc"] == 1.0 and metrics["r_tool"] == 0.0 and len(info["row_rewards"]) == 2
     assert metrics["memory_tokens"] <= metrics["chunk_tokens"]
     assert (metrics["memory_tokens"] == metrics["chunk_tokens"]) == (not options)
+
+
+def test_reset_options_change_one_episode_and_name_what_is_fixed():
+    env = MemoryStoreEnv(num_chunks=2, answerer="policy")
+    obs, info = env.reset(seed=1, options={"memory": "context", "category": "long_range_understanding"})
+    assert info["phase"] == "answer" and env.task.data_source == "long_range_understanding"
+    obs, info = env.reset(seed=1)
+    assert info["phase"] == "memory" and env.task.data_source == "accurate_retrieval" and len(env.task.chunks) == 2
+    with pytest.raises(ValueError, match=r"\['answerer'\] are set once per env"):
+        env.reset(seed=1, options={"answerer": None})
+    with pytest.raises(ValueError, match="no option"):
+        env.reset(seed=1, options={"colour": "red"})
