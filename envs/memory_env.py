@@ -19,8 +19,9 @@ With answerer="policy" the policy answers instead: after the last chunk each ste
 the trajectory's r_acc + beta * r_compress.
 
 info on reset and every step: phase ("memory" while chunks remain, "answer" while the policy answers, "done" at the
-end), question (what the user asks the agent to memorise for; the task's prompt or PROMPT), chunk (index of the
-chunk the observation is), num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
+end), question (what the user asks the agent to memorise for, the task's prompt or PROMPT; in the answer phase the
+question being asked), memory_mode (the episode's memory option), chunk (index of the chunk the observation is),
+num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
 (one {"name", "ok", "message"} per call found in the reply), r_tool and r_content. The final step adds answers (the
 answerer's reply per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens,
 tool_success (share of the episode's calls that executed), calls_per_chunk, r_tool and r_content (means over
@@ -367,9 +368,11 @@ class MemoryStoreEnv(gym.Env):
         return format_calls(calls, self.config.enabled)
 
     def _info(self, phase: str) -> dict:
-        info = {"phase": phase, "question": self.task.prompt or PROMPT, "chunk": self._chunk,
-                "num_chunks": len(self._chunks), "memory": self.store.to_dict()}
+        info = {"phase": phase, "question": self.task.prompt or PROMPT, "memory_mode": self.config.memory,
+                "chunk": self._chunk, "num_chunks": len(self._chunks), "memory": self.store.to_dict()}
         if phase == "answer":
+            # A workflow that asks "the problem" at the end (MemAgent's) finds the question where it looks.
+            info["question"] = self._question()
             info["answer_chat"] = self.answer_chat(len(self._answers))
         return info
 

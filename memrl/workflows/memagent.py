@@ -115,7 +115,8 @@ class MemAgentWorkflow(_AnswerParsing):
         return self.memory, {"memory": [(0, len(kept))]}
 
     def observe(self, observation: str, info: dict) -> None:
-        _, self.phase = _question_and_phase("MemAgentWorkflow", info)
+        # The problem is read again: an env may ask its questions only once the chunks are read (MemoryStore-v0).
+        self.problem, self.phase = _question_and_phase("MemAgentWorkflow", info)
         self.chunk = observation
 
 

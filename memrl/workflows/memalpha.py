@@ -6,6 +6,8 @@ prompt fits `max_prompt_tokens`, as the authors' rollout does), and a user messa
 Tool results are not fed back: the next chunk's prompt shows the memory the calls left. The reply is the env action;
 the env (memrl/MemoryStore-v0) finds and runs its calls. When the env has the policy answer (answerer="policy"),
 each question's call sees the env's answer chat (the memory retrieved for the question, and the question) instead.
+When the env keeps a flat paragraph (memory="text", the MEM1-style baseline) each call shows that paragraph, asks
+for its rewrite, and the reply is the new paragraph.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ USER_TEMPLATE = (
 """The user message of each call: the task's purpose and the chunk."""
 BRIEF_SYSTEM = "Write memory tool calls for the new chunk.\n\nCurrent memory:\n{memory}"
 """The system prompt of prompt="brief": no tool list and no explanations, the memory as it stands."""
+TEXT_SYSTEM = ("You keep a memory of one paragraph. Read what the user shares and rewrite the paragraph so that it "
+               "keeps what matters, old and new. Reply with the new paragraph only.\n\nCurrent memory:\n{memory}")
+"""The system prompt when the env keeps a flat paragraph (memory="text", the MEM1-style baseline)."""
+BRIEF_TEXT_SYSTEM = "Rewrite the memory paragraph with the new chunk.\n\nCurrent memory:\n{memory}"
+"""The system prompt of prompt="brief" when the env keeps a flat paragraph."""
+TEXT_USER = "{question}\n\n<new_chunk>\n{chunk}\n</new_chunk>"
+"""The user message when the env keeps a flat paragraph: the task's purpose and the chunk."""
 BRIEF_USER = "<new_chunk>\n{chunk}\n</new_chunk>"
 """The user message of prompt="brief": the chunk alone."""
 PROMPTS = ("full", "brief")
@@ -97,6 +106,7 @@ class MemAlphaWorkflow(Workflow):
             self.tools = "\n".join(_signature(s) for s in schemas)
         self.question = self.chunk = ""
         self.memory: dict = {}
+        self.mode = "tools"
         self.answer_chat: list[dict[str, str]] | None = None
 
     def reset(self, observation: str, info: dict) -> None:
@@ -108,15 +118,21 @@ class MemAlphaWorkflow(Workflow):
             raise ValueError(f"MemAlphaWorkflow: the env's info lacks {missing}; it needs the memory-store env "
                              f"(memrl/MemoryStore-v0), got keys {sorted(info)}")
         self.question, self.memory, self.chunk = str(info["question"]), info["memory"], observation
+        self.mode = info.get("memory_mode", "tools")
         self.answer_chat = info.get("answer_chat") if info.get("phase") == "answer" else None
 
     def _ids(self, max_items: int) -> list[int]:
-        memory = render_store(self.memory, max_items)
-        if self.prompt == "brief":
-            system, user = BRIEF_SYSTEM.format(memory=memory), BRIEF_USER.format(chunk=self.chunk)
+        if self.mode == "text":  # a flat paragraph: no tools, no lists
+            memory = f"<memory>\n{self.memory.get('core') or '(empty)'}\n</memory>"
+            system = (BRIEF_TEXT_SYSTEM if self.prompt == "brief" else TEXT_SYSTEM).format(memory=memory)
         else:
-            system = SYSTEM_TEMPLATE.format(tools=self.tools, memory=memory)
-            user = USER_TEMPLATE.format(question=self.question, chunk=self.chunk)
+            memory = render_store(self.memory, max_items)
+            system = (BRIEF_SYSTEM.format(memory=memory) if self.prompt == "brief" else
+                      SYSTEM_TEMPLATE.format(tools=self.tools, memory=memory))
+        if self.prompt == "brief":
+            user = BRIEF_USER.format(chunk=self.chunk)
+        else:
+            user = (TEXT_USER if self.mode == "text" else USER_TEMPLATE).format(question=self.question, chunk=self.chunk)
         return self.chat_ids([{"role": "system", "content": system}, {"role": "user", "content": user}])
 
     def prompt_ids(self) -> list[int]:

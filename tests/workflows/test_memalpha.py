@@ -124,3 +124,35 @@ def test_brief_prompt_shows_the_memory_and_the_chunk_only(tokenizer):
     assert len(brief.prompt_ids()) < 0.6 * len(full.prompt_ids())
     with pytest.raises(ValueError, match="prompt"):
         MemAlphaWorkflow(tokenizer, prompt="short")
+
+
+@pytest.mark.parametrize("prompt", ["full", "brief"])
+def test_a_flat_paragraph_memory_is_shown_and_rewritten_without_tools(tokenizer, prompt):
+    env = MemoryStoreEnv(memory="text", num_chunks=2)
+    obs, info = env.reset(seed=0)
+    env.step(env.expert_action())
+    info = env._info("memory")
+    workflow = MemAlphaWorkflow(tokenizer, prompt=prompt)
+    workflow.reset(env._chunks[1], info)
+    text = tokenizer.decode(workflow.prompt_ids())
+    assert f"<memory>\n{env.store.core}\n</memory>" in text and env._chunks[1] in text
+    assert "new_memory_insert" not in text and "semantic" not in text and "paragraph" in text
+
+
+def test_memagent_reads_the_chunks_into_a_paragraph_and_answers_the_question_itself(tokenizer):
+    """The paper's MemAgent baseline on the same data: its own workflow, a flat memory, its own answers."""
+    env = MemoryStoreEnv(memory="text", num_chunks=2, num_questions=2, answerer="policy")
+    workflow = workflow_class("memagent")(tokenizer, memory_tokens=64)
+    obs, info = env.reset(seed=2)
+    workflow.reset(obs, info)
+    prompts, terminated = [], False
+    while not terminated:
+        prompts.append(tokenizer.decode(workflow.prompt_ids()))
+        reply = tokenizer(workflow.expert_response(env.expert_action()))["input_ids"]
+        action, _ = workflow.on_response(reply + [tokenizer.eos_token_id])
+        obs, _, terminated, _, info = env.step(action)
+        if not terminated:
+            workflow.observe(obs, info)
+    assert len(prompts) == 4 and env.task.chunks[1] in prompts[1] and env.store.core in prompts[2]
+    assert env.task.questions[0].question in prompts[2] and env.task.questions[1].question in prompts[3]
+    assert info["metrics"]["r_acc"] == 1.0
