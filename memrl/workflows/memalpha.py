@@ -132,7 +132,8 @@ class MemAlphaWorkflow(Workflow):
         if self.prompt == "brief":
             user = BRIEF_USER.format(chunk=self.chunk)
         else:
-            user = (TEXT_USER if self.mode == "text" else USER_TEMPLATE).format(question=self.question, chunk=self.chunk)
+            template = TEXT_USER if self.mode == "text" else USER_TEMPLATE
+            user = template.format(question=self.question, chunk=self.chunk)
         return self.chat_ids([{"role": "system", "content": system}, {"role": "user", "content": user}])
 
     def prompt_ids(self) -> list[int]:
