@@ -64,12 +64,13 @@ from envs.text_space import printable, text_space
 PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
 """What the agent is told to memorise for when the task has no prompt of its own."""
 MEMORY_MODES = ("tools", "text", "context")
-"""'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph."""
+"""'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph; 'context': no
+memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
+"""Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
 FIXED_OPTIONS = ("data", "data_path", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
                  "answerer_timeout_s", "answerer_retries", "judge")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
-"""Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ class MemoryStoreEnv(gym.Env):
         self.store = MemoryStore(core_max_tokens=self.config.core_max_tokens, enabled=tuple(self.config.enabled),
                                  count_tokens=self._counter.count, seed=self._seed)
         self._chunk, self._rows, self._calls, self._answers = 0, [], [], []
+        self._shown: dict[str, list[str]] = {}
         self._done = False
         if self.config.memory == "context":  # nothing to write: straight to the questions
             self._chunk = len(chunks)
@@ -346,10 +348,12 @@ class MemoryStoreEnv(gym.Env):
         return [a if isinstance(a, str) else "" for a in answers]
 
     def _context(self, question: str) -> list[str]:
-        """memory='context': the chunks question `question` is shown."""
-        config = self.config
-        return context_chunks(self._chunks, question, top_k=config.context_top_k, max_tokens=config.context_tokens,
-                              count_tokens=self._counter.count)
+        """memory='context': the chunks question `question` is shown (picked once: its chat and memory_tokens agree)."""
+        if question not in self._shown:
+            config = self.config
+            self._shown[question] = context_chunks(self._chunks, question, top_k=config.context_top_k,
+                                                   max_tokens=config.context_tokens, count_tokens=self._counter.count)
+        return self._shown[question]
 
     def expert_action(self) -> str:
         """What a scripted Mem-α agent writes for the current chunk of a synthetic task, as Qwen-Agent tool calls

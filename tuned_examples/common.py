@@ -159,8 +159,7 @@ def plot_curve(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = summary.get("score", "reward")
-    curve = summary["score_per_iteration"] if key != "reward" else summary["reward_per_iteration"]
+    key, curve = summary["score"], summary["score_per_iteration"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot(range(1, len(curve) + 1), curve, marker=".", alpha=0.5, label=f"training {key} (sampled)")
     window = min(5, len(curve))
