@@ -152,8 +152,9 @@ class HTTPAnswerer:
 
 
 class ActorAnswerer:
-    """The client of a running Ray actor named `name` whose `answer(conversations)` gives the replies (such as
-    memrl.engines.chat.ChatServer); every call waits at most `timeout_s`. It pickles, so envs in runners can hold it."""
+    """The client of a running Ray actor named `name` whose `answer(conversations)` gives the replies (such as one
+    memrl.engines.chat.start_chat_server starts); every call waits at most `timeout_s`. It pickles, so envs in
+    runners can hold it."""
 
     def __init__(self, name: str, timeout_s: float = 300.0, namespace: str | None = None):
         self.name, self.timeout_s, self.namespace = name, timeout_s, namespace

@@ -97,7 +97,7 @@ class MemoryStoreConfig:
     """memory='context': each question sees the chunks BM25 ranks highest against it, this many (RAG; None: off)."""
     answerer: str | None = None
     """Who answers the questions: an http(s):// OpenAI-compatible API base (".../v1"), "actor:NAME" for a running
-    Ray actor with an answer() method (memrl.engines.chat.ChatServer), "policy" (the policy answers each question
+    Ray actor with an answer() method (memrl.engines.chat.start_chat_server), "policy" (the policy answers each question
     itself after the last chunk, one call per question, seeing what a frozen answerer would), or None to end
     without answering."""
     answerer_model: str = "default"

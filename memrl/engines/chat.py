@@ -1,11 +1,14 @@
 """Chat over any memrl inference engine: messages in, reply text out. Mem-α's frozen answerer and its LLM judge run
-behind this (envs.memory_answer.ActorAnswerer finds the actor by name).
+behind this (envs.memory_answer.ActorAnswerer finds the actor by name). As an actor (ChatActor) it answers the
+chats of concurrent callers, such as many envs each asking its own questions, in one batch.
 
 Message contents are tokenized as text (a memory or a question that spells <|im_start|> stays text), the chat
 template adds the generation prompt, and the reply is decoded without special tokens.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from transformers import AutoTokenizer
 
@@ -37,13 +40,44 @@ class ChatServer:
         return replies
 
 
+class ChatActor:
+    """A ChatServer as a Ray actor: the chats of calls that arrive while the engine is busy are answered together,
+    in one engine batch, rather than one call after another."""
+
+    def __init__(self, model_path: str, **config):
+        self.server = ChatServer(model_path, **config)
+        self._waiting: list[tuple[list, asyncio.Future]] = []
+
+    async def answer(self, conversations: list[list[dict[str, str]]]) -> list[str]:
+        """One reply per chat, as ChatServer.answer."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting.append((list(conversations), future))
+        if len(self._waiting) == 1:  # runs after the calls that are already waiting to join
+            loop.call_soon(self._answer_waiting)
+        return await future
+
+    def _answer_waiting(self) -> None:
+        batch, self._waiting = self._waiting, []
+        try:
+            replies = self.server.answer([chat for chats, _ in batch for chat in chats])
+        except Exception as e:  # every caller of the batch gets the engine's error
+            for _, future in batch:
+                future.set_exception(e)
+            return
+        start = 0
+        for chats, future in batch:
+            future.set_result(replies[start:start + len(chats)])
+            start += len(chats)
+
+
 def start_chat_server(name: str, model_path: str, engine: str = "torch", num_cpus: float = 1, num_gpus: float = 0,
                       start_timeout_s: float = 600.0, **config):
-    """A ChatServer actor called `name` (get-or-create), for envs' `answerer="actor:<name>"`, once it has loaded its
+    """A ChatActor called `name` (get-or-create), for envs' `answerer="actor:<name>"`, once it has loaded its
     model (at most `start_timeout_s`); returns its handle. Keep it: the actor lives as long as a handle to it does."""
     import ray
 
-    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(ChatServer).options(name=name, get_if_exists=True).remote(
+    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(ChatActor).options(name=name, get_if_exists=True).remote(
         model_path, engine=engine, **config)
     try:
         ray.get(actor.__ray_ready__.remote(), timeout=start_timeout_s)

@@ -33,6 +33,13 @@ def test_an_env_answers_through_a_named_chat_actor(ray_session, tiny_checkpoint)
     judge = LLMJudge(ActorAnswerer("memalpha-test-answerer"))
     assert judge.judge_all([("core", "About friends."), ("episodic", "At 9:00 Kema left.")]) in (
         [a, b] for a in (True, False) for b in (True, False))
+    # Calls that arrive together are answered in one batch, each with its own replies.
+    chats = [answer_messages(f"<core_memory>\n{p} works for Quovex.\n</core_memory>", f"Where does {p} work?", "squad")
+             for p in ("Kema", "Rolis", "Felen")]
+    alone = [ray_session.get(server.answer.remote([chat]), timeout=60) for chat in chats]
+    together = ray_session.get([server.answer.remote([chat]) for chat in chats] + [server.answer.remote(chats)],
+                               timeout=60)
+    assert together[:3] == alone and together[3] == [reply for [reply] in alone]
     with pytest.raises(ValueError, match="no Ray actor named 'missing'"):
         ActorAnswerer("missing").answer([[{"role": "user", "content": "x"}]])
     ray_session.kill(server)
