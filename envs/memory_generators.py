@@ -217,8 +217,10 @@ def _long_range(rng: random.Random, config: MemoryGeneratorConfig):
         rng.shuffle(sentences)
         chunks.append(" ".join(sentences))
         keywords += [places[c], companions[c]]
-    # The key points: the hero first, then people and places spread over the whole story.
-    picked = [keywords[0]] + rng.sample(keywords[1:], min(config.keywords, len(keywords)) - 1)
+    # The key points: the hero first, then people and places spread over the whole story, in the story's order (so
+    # a summary that follows the story names them in the gold's order).
+    rest = rng.sample(range(1, len(keywords)), min(config.keywords, len(keywords)) - 1)
+    picked = [keywords[0]] + [keywords[i] for i in sorted(rest)]
     question = MemoryQuestion("Summarize the story: who is it about, where did they go and whom did they meet?",
                               (", ".join(picked),), tuple(range(config.num_chunks)))
     return chunks, [question]

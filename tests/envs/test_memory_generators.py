@@ -53,6 +53,7 @@ def test_long_range_question_asks_for_key_words_spread_over_the_story():
     assert len(keywords) == 6
     story = " ".join(task.chunks)
     assert all(k in story for k in keywords)
+    assert keywords == sorted(keywords, key=story.index)  # in the story's order, the hero first
     assert score_answer(story, question.answers, task.data_source) == 1.0
     assert score_answer(task.chunks[0], question.answers, task.data_source) < 1.0
 
