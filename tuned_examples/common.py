@@ -34,6 +34,15 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def trained_policy(p: argparse.ArgumentParser, given: Path | None, default: Path) -> Path | None:
+    """An evaluation's trained policy: --policy as `given`, else `default` when a training run wrote it there, else
+    None; a path that holds no Hugging Face checkpoint is a command-line error."""
+    trained = given or (default if (default / "config.json").is_file() else None)
+    if trained is not None and not (trained / "config.json").is_file():
+        p.error(f"--policy {trained} is not a Hugging Face checkpoint directory (no config.json)")
+    return trained
+
+
 def init_ray(num_gpus: int) -> None:
     """Join the Ray cluster this node belongs to (GPU runs, e.g. under `ray up cluster.yaml`), or start a local one
     (memrl.cluster.ensure_ray). Does nothing when Ray is already running in this process."""
@@ -60,19 +69,22 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
 
 def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
                 cpu_config: Callable[[], AlgorithmConfig], gpu_config: Callable[[], AlgorithmConfig],
-                cpu_iterations: int, gpu_iterations: int = 200) -> dict:
+                cpu_iterations: int, gpu_iterations: int = 200, metric: str | None = None,
+                serve: Callable[[], object] | None = None) -> dict:
     """An example's main: the CPU default, or with --num-gpus its paper preset on the local checkpoint --model;
-    writes to --out (default runs/<name>)."""
+    writes to --out (default runs/<name>). `metric` is train()'s held-out score; `serve`, called once Ray runs,
+    starts what the env needs beside the algorithm (e.g. Mem-α's answerer) and returns a handle kept for the run."""
     if args.num_gpus and not args.model:
         p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     init_ray(args.num_gpus)
+    served = serve() if serve else None  # noqa: F841 (the actor lives as long as its handle)
     if args.num_gpus:
         cfg, iterations = gpu_config(), args.iterations or gpu_iterations
     else:
         cfg, iterations = cpu_config(), args.iterations or cpu_iterations
-    return train(cfg, iterations, args.out or RUNS / name)
+    return train(cfg, iterations, args.out or RUNS / name, metric)
 
 
 def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | None = None) -> dict:

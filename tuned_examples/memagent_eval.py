@@ -22,7 +22,7 @@ import numpy as np
 
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
-from tuned_examples.common import RUNS, init_ray
+from tuned_examples.common import RUNS, init_ray, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
@@ -123,9 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="inference engine")
     p.add_argument("--out", type=Path, default=RUNS / "memagent_eval", help="where to write the table and plot")
     args = p.parse_args(argv)
-    trained = args.policy or (TRAINED if (TRAINED / "config.json").is_file() else None)
-    if trained is not None and not (trained / "config.json").is_file():
-        p.error(f"--policy {trained} is not a Hugging Face checkpoint directory (no config.json)")
+    trained = trained_policy(p, args.policy, TRAINED)
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
     init_ray(0)

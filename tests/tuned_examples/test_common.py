@@ -1,9 +1,11 @@
 """Held-out scoring of the tuned examples: the reward, or one env figure of each trajectory."""
 
+import argparse
+
 import pytest
 
 from memrl.episode import Trajectory
-from tuned_examples.common import heldout_summary, score
+from tuned_examples.common import heldout_summary, score, trained_policy
 
 
 def _trajectory(reward: float, r_acc: float, failure: str | None = None) -> Trajectory:
@@ -19,3 +21,14 @@ def test_an_env_figure_is_scored_with_its_interval_next_to_the_reward():
     assert score(trajectories[0], None) == 2.0 and score(trajectories[0], "r_acc") == 1.0
     with pytest.raises(KeyError, match="'tool_success' is not among"):
         score(trajectories[0], "tool_success")
+
+
+def test_trained_policy_is_the_given_path_or_a_written_default(tmp_path):
+    p = argparse.ArgumentParser()
+    written = tmp_path / "model"
+    assert trained_policy(p, None, written) is None  # nothing trained yet: evaluate the rest
+    written.mkdir()
+    (written / "config.json").write_text("{}")
+    assert trained_policy(p, None, written) == written
+    with pytest.raises(SystemExit):  # a given path without a checkpoint is an error, not a silent skip
+        trained_policy(p, tmp_path / "missing", written)
