@@ -1,0 +1,98 @@
+"""The Mem-α tuned example for real: the paper preset, the command line's checks, a short GRPO run of the CPU
+default from the shipped warm-start with its frozen answerer, the warm-start build's short form and the evaluation
+tables."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from memrl.sft import SUMMARY_FILE
+from tuned_examples import memalpha_eval, memalpha_sft
+from tuned_examples.common import train
+from tuned_examples.memalpha_grpo import ANSWERER, PAPER, WARM_START, config, paper_config, start_answerer
+
+
+def test_paper_preset_sized_for_gpus():
+    cfg = paper_config("/ckpt/Qwen3-4B", num_gpus=8, answerer="http://127.0.0.1:8001/v1")
+    cfg.validate()
+    train_cfg, env = cfg.training_cfg, cfg.environment_cfg.env_config
+    assert train_cfg.group_size == 8 and train_cfg.lr == 1e-6 and train_cfg.tasks_per_iteration == 32
+    assert train_cfg.loss.kl_coef == 1e-3 and train_cfg.loss.aggregation == "token_mean"
+    assert (env["beta"], env["gamma"], env["answerer"]) == (0.05, 0.1, "http://127.0.0.1:8001/v1")
+    assert cfg.learners_cfg.num_learners == 4 and cfg.env_runners_cfg.num_engines == 4
+    assert cfg.env_runners_cfg.engine_config["max_model_len"] == PAPER["max_model_len"]
+    assert cfg.env_runners_cfg.workflow_config["max_prompt_tokens"] == PAPER["max_model_len"] - PAPER["max_tokens"]
+    on_file = paper_config("/ckpt", 2, "actor:a", data_path="/data/train.parquet").environment_cfg.env_config
+    assert (on_file["data"], on_file["data_path"]) == ("file", "/data/train.parquet")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-gpus", "4", "--model", "/ckpt"], "--num-gpus needs --answerer"),
+    (["--num-gpus", "1", "--model", "/ckpt", "--answerer", "/ckpt/Qwen3-32B"], "leaves no GPU for the policy"),
+])
+def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, message):
+    run = subprocess.run([sys.executable, "tuned_examples/memalpha_grpo.py", *args], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and message in run.stderr
+
+
+@pytest.mark.slow
+def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path):
+    answerer = start_answerer(WARM_START)
+    try:
+        cfg = (config(WARM_START)
+               .env_runners(num_envs_per_env_runner=8)
+               .training(tasks_per_iteration=2, group_size=4)
+               .evaluation(evaluation_num_tasks=12))
+        summary = train(cfg, iterations=2, out=tmp_path, metric="r_acc")
+    finally:
+        ray_session.kill(answerer)
+    assert summary["score"] == "r_acc" and len(summary["score_per_iteration"]) == 2
+    before = summary["eval_before"]
+    # The shipped warm-start writes memory the frozen answerer answers some questions from, in calls that run.
+    assert before["r_acc_mean"] > 0.05 and before["tool_success_mean"] > 0.9
+    assert before["num_tasks"] == 12 and before["num_failed"] == 0
+    change = summary["change"]  # paired over the same 12 tasks
+    assert change["mean"] == pytest.approx(summary["eval_after"]["r_acc_mean"] - before["r_acc_mean"])
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "model") is not None
+    assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] > 0
+
+
+@pytest.mark.slow
+def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
+    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=3, num_eval_tasks=3, model=tiny_checkpoint)
+    assert summary["config"]["env_runners"]["workflow"] == "memalpha"
+    assert summary["config"]["environment"]["env_config"]["answerer"] == "policy"  # writes and answers
+    assert [m["step"] for m in summary["curve"]] == [0, 2]
+    assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
+    assert (tmp_path / SUMMARY_FILE).is_file() and AutoModelForCausalLM.from_pretrained(tmp_path) is not None
+
+
+def test_answerer_name_is_what_the_cpu_env_reaches():
+    assert config(WARM_START).environment_cfg.env_config["answerer"] == f"actor:{ANSWERER}"
+
+
+@pytest.mark.slow
+def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_session, tmp_path):
+    answerer = start_answerer(WARM_START)
+    try:
+        rows = memalpha_eval.evaluate(memalpha_eval.policies(None), [1, 2], num_tasks=6, length_tasks=6,
+                                      engine="torch")
+    finally:
+        ray_session.kill(answerer)
+    by = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}
+    assert len(rows) == 3 * (3 + 2) and all(r["num_tasks"] == 6 and r["num_failed"] == 0 for r in rows)
+    for category in ("accurate_retrieval", "test_time_learning", "long_range_understanding"):
+        # Long context reads every chunk at the training length, RAG-top2 two of the three.
+        full, rag = by["long-context", category, 1], by["RAG-top2", category, 1]
+        assert full["memory_tokens"] == pytest.approx(full["chunk_tokens"])
+        assert rag["memory_tokens"] < rag["chunk_tokens"]
+        assert by["Mem-α warm-start", category, 1]["tool_success"] > 0.8
+    assert by["Mem-α warm-start", "mixed", 2]["chunk_tokens"] > 1.5 * by["Mem-α warm-start", "mixed", 1]["chunk_tokens"]
+    table = memalpha_eval.markdown(rows)
+    assert table.count("\n") == 2 + 3 + 1 + 2 + 3 and "RAG-top2" in table
+    memalpha_eval.plot(rows, tmp_path / "eval.png")
+    assert (tmp_path / "eval.png").stat().st_size > 10_000

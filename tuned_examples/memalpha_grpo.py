@@ -1,0 +1,145 @@
+"""Mem-α: a memory agent that writes its own memory with tool calls, trained with GRPO over rows.
+
+CPU default:              python tuned_examples/memalpha_grpo.py
+GPUs, the paper's preset: python tuned_examples/memalpha_grpo.py --model /ckpt/Qwen3-4B --num-gpus 8 \\
+                              --answerer http://127.0.0.1:8001/v1 [--data /data/memalpha_train.parquet]
+
+Each task streams chunks of a conversation, a labelled sample set or a story (envs/memory_generators.py, the three
+categories the paper trains on, in turn); the policy writes one reply of tool calls per chunk against the episode's
+memory store (core, semantic, episodic). After the last chunk a frozen answerer answers the task's questions from
+the memory, and every chunk row is rewarded r_acc + 0.05 r_compress + r_tool + 0.1 r_content (memrl/MemoryStore-v0).
+
+On CPU the policy starts from the shipped warm-start of the embedded tiny model (tuned_examples/memalpha_sft.py,
+which learned both to write the expert's calls and to answer from a memory), and a frozen copy of that warm-start
+is the answerer, served by a chat actor. Held-out r_acc (the answerer's accuracy from the memory the policy built)
+is measured on the same tasks before and after training, with 95% intervals and the paired change; tool-call
+success and memory size come with it. The policy is written to <out>/model.
+
+On GPUs: the paper's settings (group 8, 32 tasks per step, lr 1e-6, KL loss 1e-3 as the authors' script,
+beta 0.05, gamma 0.1), the full prompt with the tools' JSON schemas, and the answerer either an OpenAI-compatible
+endpoint (--answerer URL, e.g. Qwen3-32B behind vLLM's server) or a local checkpoint served on its own GPUs
+(--answerer PATH --answerer-gpus N). --data takes the authors' training rows or MemoryAgentBench rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memrl.algorithms import MemAlphaConfig
+from tuned_examples.common import parser, run_example, size_for_gpus
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+"""Where the shipped warm-start checkpoints live."""
+WARM_START = CHECKPOINTS / "memalpha_sft"
+"""The CPU policy RL starts from, and the CPU answerer (built by tuned_examples/memalpha_sft.py)."""
+ANSWERER = "memalpha-answerer"
+"""Name of the chat actor that answers the questions (envs reach it as answerer="actor:memalpha-answerer")."""
+
+CPU_TASK = {"category": "mixed", "num_chunks": 3, "num_questions": 2, "facts_per_chunk": 1,
+            "small_talk_per_chunk": 1, "num_classes": 2, "samples_per_chunk": 2, "filler_per_chunk": 0,
+            "keywords": 7}
+"""The CPU tasks: the three categories in turn, three chunks each, two questions (one for a story, which asks for all
+seven of its people and places)."""
+CPU_WORKFLOW = {"prompt": "brief", "tool_format": "compact"}
+"""The CPU prompt: the memory and the chunk only (the tiny model learned the calls by SFT, not by reading)."""
+CPU_MAX_TOKENS = 320
+"""Longest CPU reply: the expert's longest (a labelled set's rules rewritten in core, and its samples) is under 300
+tokens of the tiny tokenizer."""
+CPU_ANSWER_TOKENS = 24
+"""Longest answer of the CPU answerer (a name, a boxed label or a few key words)."""
+CPU_ITERATIONS = 30
+"""Training iterations of the CPU default."""
+
+PAPER = {"group_size": 8, "tasks_per_iteration": 32, "lr": 1e-6, "kl_coef": 1e-3, "beta": 0.05, "gamma": 0.1,
+         "max_tokens": 2048, "max_model_len": 32768, "answerer_temperature": 0.7}
+"""Mem-α's published training settings (paper, section 4.1 and eq. 1; KL loss from the authors' script)."""
+
+
+def cpu_env_config(tokenizer_path: str | Path, answerer: str = f"actor:{ANSWERER}") -> dict:
+    """env_config of the CPU task, answered by `answerer` (a frozen chat actor, or "policy" for SFT rows)."""
+    return {**CPU_TASK, "answerer": answerer, "tokenizer_path": str(tokenizer_path)}
+
+
+def config(model: str | Path = WARM_START) -> MemAlphaConfig:
+    """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine, two ZeRO-3 learners; the answerer is
+    the chat actor ANSWERER (start_answerer)."""
+    return (MemAlphaConfig()
+            .environment("memrl/MemoryStore-v0", env_config=cpu_env_config(model))
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memalpha",
+                         workflow_config=CPU_WORKFLOW, engine="vllm", max_tokens=CPU_MAX_TOKENS,
+                         engine_config={"kv_cache_bytes": 256 * 1024**2})
+            .learners(model_path=str(model), num_learners=2, token_budget=32768)
+            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
+            .evaluation(evaluation_num_tasks=300)
+            .debugging(seed=0, wandb_project="memrl-memalpha"))
+
+
+def paper_config(model: str, num_gpus: int, answerer: str, data_path: str | None = None) -> MemAlphaConfig:
+    """Mem-α's preset on `num_gpus` GPUs for the policy, answered by `answerer` (an http(s) URL or "actor:NAME").
+
+    Data: a local file of the authors' rows or MemoryAgentBench rows, else the synthetic generators at GPU scale
+    (ten chunks of four facts and two distractors, eight questions, five hidden classes)."""
+    task = ({"data": "file", "data_path": data_path} if data_path else
+            {"category": "mixed", "num_chunks": 10, "num_questions": 8, "facts_per_chunk": 4,
+             "small_talk_per_chunk": 2, "num_classes": 5, "samples_per_chunk": 8, "keywords": 8})
+    cfg = (MemAlphaConfig()
+           .environment("memrl/MemoryStore-v0", env_config={
+               **task, "answerer": answerer, "tokenizer_path": model, "beta": PAPER["beta"],
+               "gamma": PAPER["gamma"]})
+           .env_runners(num_envs_per_env_runner=64, workflow="memalpha",
+                        workflow_config={"max_prompt_tokens": PAPER["max_model_len"] - PAPER["max_tokens"]},
+                        max_tokens=PAPER["max_tokens"])
+           .learners(model_path=model, token_budget=2 * PAPER["max_model_len"])
+           .training(lr=PAPER["lr"], tasks_per_iteration=PAPER["tasks_per_iteration"],
+                     group_size=PAPER["group_size"], kl_coef=PAPER["kl_coef"])
+           .evaluation(evaluation_num_tasks=256)
+           .debugging(seed=0, wandb_project="memrl-memalpha"))
+    cfg = size_for_gpus(cfg, num_gpus)
+    return cfg.env_runners(engine_config={**cfg.env_runners_cfg.engine_config,
+                                          "max_model_len": PAPER["max_model_len"]})
+
+
+def start_answerer(model: str | Path, num_gpus: float = 0, temperature: float = 0.0,
+                   max_tokens: int = CPU_ANSWER_TOKENS):
+    """The frozen answerer as the chat actor ANSWERER serving `model` (vLLM on GPUs, the torch engine on CPU);
+    returns its handle, which must be kept for the run (the actor ends with its last handle)."""
+    from memrl.engines.chat import start_chat_server
+
+    engine = {"engine": "vllm", "dtype": "bfloat16", "kv_cache_bytes": 16 * 1024**3} if num_gpus else {
+        "engine": "torch"}
+    return start_chat_server(ANSWERER, str(model), num_gpus=num_gpus, temperature=temperature,
+                             max_tokens=max_tokens, **engine)
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--answerer", help="an OpenAI-compatible API base (http://HOST:PORT/v1), or a local checkpoint "
+                   "served as the frozen answerer (CPU default: the warm-start; needed with --num-gpus)")
+    p.add_argument("--answerer-gpus", type=int, default=1,
+                   help="GPUs that serve a local --answerer checkpoint, taken from --num-gpus; unused for a URL")
+    p.add_argument("--data", help="GPU runs: the Mem-α authors' training rows or MemoryAgentBench rows (README "
+                   "'Data files'), else synthetic tasks")
+    args = p.parse_args()
+    url = args.answerer if args.answerer and args.answerer.startswith(("http://", "https://")) else None
+    policy_gpus = args.num_gpus - (0 if url else args.answerer_gpus)
+    if args.num_gpus and not args.answerer:
+        p.error("--num-gpus needs --answerer: an OpenAI-compatible URL or a local checkpoint to answer from memory")
+    if args.num_gpus and policy_gpus < 1:
+        p.error(f"--num-gpus {args.num_gpus} leaves no GPU for the policy beside the answerer's {args.answerer_gpus} "
+                "(--answerer-gpus)")
+
+    def serve():
+        if url:
+            return None
+        if args.num_gpus:
+            return start_answerer(args.answerer, num_gpus=args.answerer_gpus,
+                                  temperature=PAPER["answerer_temperature"], max_tokens=PAPER["max_tokens"])
+        return start_answerer(args.answerer or WARM_START)
+
+    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
+                lambda: paper_config(args.model, policy_gpus, url or f"actor:{ANSWERER}", args.data),
+                cpu_iterations=CPU_ITERATIONS, metric="r_acc", serve=serve)
+
+
+if __name__ == "__main__":
+    main()
