@@ -1,0 +1,185 @@
+"""Mem-α's evaluation tables in shape (paper, Tables 1-2): accuracy and memory size per category for the trained
+policy, its warm-start and the baselines without a memory, on the same held-out tasks, and accuracy as the stream
+grows past the training length.
+
+    python tuned_examples/memalpha_eval.py                 # after tuned_examples/memalpha_grpo.py
+    python tuned_examples/memalpha_eval.py --policy runs/memalpha_grpo/model --multipliers 1 4 8 13
+
+Every policy meets the same held-out tasks of each category (the CPU task of tuned_examples/memalpha_grpo.py) and
+the same frozen answerer: the Mem-α policies build a memory with tool calls that the answerer reads; long-context
+(the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two chunks BM25 ranks highest for the question)
+have no memory, and the answerer's own weights read the chunks instead. Per policy and category: r_acc (the
+questions' mean score) with its 95% interval, memory tokens (what the answerer is shown) and tool-call success; then
+r_acc on mixed tasks of 1x, 4x, 8x and 13x the training chunks. Writes memalpha_eval.json, memalpha_eval.md and
+memalpha_eval.png to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+import envs  # noqa: F401  (registers memrl/MemoryStore-v0)
+from envs.memory_generators import CATEGORIES
+from memrl.evaluation import evaluate_checkpoint
+from memrl.stats import reward_interval
+from tuned_examples.common import RUNS, init_ray, trained_policy
+from tuned_examples.memalpha_grpo import (
+    ANSWERER,
+    CPU_MAX_TOKENS,
+    CPU_TASK,
+    CPU_WORKFLOW,
+    WARM_START,
+    cpu_env_config,
+    start_answerer,
+)
+
+MULTIPLIERS = (1, 4, 8, 13)
+"""Stream lengths, as multiples of the training chunks (the paper's 13x is its longest)."""
+LONG_CONTEXT_TOKENS = 1024
+"""The long-context baseline's window: it reads the latest chunks that fit (all of them at the training length)."""
+TRAINED = RUNS / "memalpha_grpo" / "model"
+"""Where tuned_examples/memalpha_grpo.py writes the trained policy."""
+MEMORY_MODES = {
+    "tools": {"memory": "tools", "answerer": f"actor:{ANSWERER}"},
+    "long-context": {"memory": "context", "context_tokens": LONG_CONTEXT_TOKENS, "answerer": "policy"},
+    "RAG-top2": {"memory": "context", "context_top_k": 2, "answerer": "policy"},
+}
+"""Env options per kind of policy: a memory written with tools and read by the frozen answerer, or no memory and the
+answerer's weights (the policy checkpoint of those rows) reading the chunks."""
+
+
+def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
+    """(name, checkpoint, memory mode) of each policy to measure; the trained one only when given. The baselines
+    without a memory run the answerer's weights (the warm-start)."""
+    rows = [("Mem-α RL", trained, "tools")] if trained is not None else []
+    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("long-context", WARM_START, "long-context"),
+                   ("RAG-top2", WARM_START, "RAG-top2")]
+
+
+def figures(name: str, setting: dict, trajectories: list) -> dict:
+    """One table row: r_acc with its 95% interval and the memory figures over the scored trajectories."""
+    scored = [t for t in trajectories if not t.failure]
+    mean, low, high = reward_interval([t.metrics["r_acc"] for t in scored])
+
+    def avg(key: str) -> float:
+        values = [t.metrics[key] for t in scored if key in t.metrics]
+        return float(np.mean(values)) if values else float("nan")
+
+    return {"policy": name, **setting, "num_tasks": len(scored), "num_failed": len(trajectories) - len(scored),
+            "r_acc": mean, "ci_low": low, "ci_high": high, "memory_tokens": avg("memory_tokens"),
+            "chunk_tokens": avg("chunk_tokens"), "tool_success": avg("tool_success")}
+
+
+def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, length_tasks: int,
+             engine: str = "vllm", seed: int = 0) -> list[dict]:
+    """Rows per (policy, category) at the training length, then per (policy, multiplier) on mixed tasks."""
+    engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
+    rows = []
+    for name, path, mode in runs:
+        base = {**cpu_env_config(path), **MEMORY_MODES[mode]}
+        # One engine per call: the categories at the training length, then the lengths on mixed tasks.
+        for settings, n in (([{"category": c, "multiplier": 1} for c in CATEGORIES], num_tasks),
+                            ([{"category": "mixed", "multiplier": m} for m in multipliers], length_tasks)):
+            env_configs = [{**base, "category": s["category"], "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
+                           for s in settings]
+            results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, "memalpha", CPU_WORKFLOW,
+                                          n, max_tokens=CPU_MAX_TOKENS, engine=engine, engine_config=engine_config,
+                                          seed=seed)
+            for setting, (_, trajectories) in zip(settings, results):
+                row = figures(name, setting, trajectories)
+                rows.append(row)
+                print(f"{name:>17} {setting['category']:>24} x{setting['multiplier']:<3} r_acc {row['r_acc']:.3f} "
+                      f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  memory tokens {row['memory_tokens']:.0f}",
+                      flush=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """Two tables: per category at the training length (with the mean over categories), and r_acc per length."""
+    names = list(dict.fromkeys(r["policy"] for r in rows))
+    at = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}
+    head = " | ".join(c.replace("_", " ") for c in CATEGORIES)
+    lines = [f"| policy | {head} | average | memory tokens (average) |", "|---" * (len(CATEGORIES) + 3) + "|"]
+    for name in names:
+        cells = [at[name, c, 1] for c in CATEGORIES if (name, c, 1) in at]
+        if len(cells) < len(CATEGORIES):
+            continue
+        acc = " | ".join(f"{r['r_acc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in cells)
+        lines.append(f"| {name} | {acc} | {np.mean([r['r_acc'] for r in cells]):.3f} | "
+                     f"{np.mean([r['memory_tokens'] for r in cells]):.0f} |")
+    multipliers = sorted({r["multiplier"] for r in rows if r["category"] == "mixed"})
+    lines += ["", "| policy | " + " | ".join(f"{m}x" for m in multipliers) + " |",
+              "|---" * (len(multipliers) + 1) + "|"]
+    for name in names:
+        cells = [at.get((name, "mixed", m)) for m in multipliers]
+        lines.append(f"| {name} | " + " | ".join(
+            f"{r['r_acc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r else "" for r in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """r_acc per category (bars with intervals) and against stream length, one colour per policy."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["policy"] for r in rows))
+    fig, (cat_ax, len_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        rs = [r for r in rows if r["policy"] == name and r["category"] in CATEGORIES]
+        x = np.array([CATEGORIES.index(r["category"]) for r in rs]) + i * width
+        acc = np.array([r["r_acc"] for r in rs])
+        cat_ax.bar(x, acc, width, yerr=[acc - [r["ci_low"] for r in rs], [r["ci_high"] for r in rs] - acc],
+                   capsize=3, label=name)
+        ls = sorted((r for r in rows if r["policy"] == name and r["category"] == "mixed"),
+                    key=lambda r: r["multiplier"])
+        len_ax.errorbar([r["multiplier"] for r in ls], [r["r_acc"] for r in ls],
+                        yerr=[[r["r_acc"] - r["ci_low"] for r in ls], [r["ci_high"] - r["r_acc"] for r in ls]],
+                        marker="o", capsize=3, label=name)
+    cat_ax.set_xticks(np.arange(len(CATEGORIES)) + 0.4 - width / 2, [c.replace("_", "\n") for c in CATEGORIES])
+    cat_ax.set_ylabel("held-out r_acc (95% CI)")
+    cat_ax.set_title("accuracy per category (training length)")
+    len_ax.set_xlabel("chunks, as a multiple of the training length")
+    len_ax.set_ylabel("held-out r_acc (95% CI)")
+    len_ax.set_title("length generalisation (mixed tasks)")
+    for ax in (cat_ax, len_ax):
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    cat_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", type=Path, help=f"trained Mem-α checkpoint (default: {TRAINED} when it exists)")
+    p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
+                   help="stream lengths as multiples of the training chunks")
+    p.add_argument("--num-tasks", type=int, default=200, help="held-out tasks per category")
+    p.add_argument("--length-tasks", type=int, default=100, help="held-out mixed tasks per length")
+    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="the policies' inference engine")
+    p.add_argument("--out", type=Path, default=RUNS / "memalpha_eval", help="where to write the tables and plot")
+    args = p.parse_args(argv)
+    trained = trained_policy(p, args.policy, TRAINED)
+    if min(args.multipliers) < 1 or args.num_tasks < 1 or args.length_tasks < 1:
+        p.error("--multipliers, --num-tasks and --length-tasks must be positive integers")
+    init_ray(0)
+    answerer = start_answerer(WARM_START)  # noqa: F841 (the actor lives as long as its handle)
+    rows = evaluate(policies(trained), sorted(args.multipliers), args.num_tasks, args.length_tasks, args.engine)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "memalpha_eval.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "memalpha_eval.md").write_text(markdown(rows))
+    plot(rows, args.out / "memalpha_eval.png")
+    print(markdown(rows))
+    print(f"wrote {args.out}/memalpha_eval.json, memalpha_eval.md, memalpha_eval.png")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
