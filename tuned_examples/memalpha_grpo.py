@@ -60,11 +60,11 @@ def cpu_env_config(tokenizer_path: str | Path, answerer: str = f"actor:{ANSWERER
     return {**CPU_TASK, "answerer": answerer, "tokenizer_path": str(tokenizer_path)}
 
 
-def config(model: str | Path = WARM_START) -> MemAlphaConfig:
+def config(model: str | Path = WARM_START, answerer: str = f"actor:{ANSWERER}") -> MemAlphaConfig:
     """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine, two ZeRO-3 learners; the answerer is
-    the chat actor ANSWERER (start_answerer)."""
+    the chat actor ANSWERER (start_answerer) unless another is named."""
     return (MemAlphaConfig()
-            .environment("memrl/MemoryStore-v0", env_config=cpu_env_config(model))
+            .environment("memrl/MemoryStore-v0", env_config=cpu_env_config(model, answerer))
             .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memalpha",
                          workflow_config=CPU_WORKFLOW, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
@@ -105,8 +105,10 @@ def start_answerer(model: str | Path, num_gpus: float = 0, temperature: float = 
     returns its handle, which must be kept for the run (the actor ends with its last handle)."""
     from memrl.engines.chat import start_chat_server
 
-    engine = {"engine": "vllm", "dtype": "bfloat16", "kv_cache_bytes": 16 * 1024**3} if num_gpus else {
-        "engine": "torch"}
+    engine = {"engine": "torch"}
+    if num_gpus:  # a model too large for one GPU is split across them
+        engine = {"engine": "vllm", "dtype": "bfloat16", "kv_cache_bytes": 16 * 1024**3,
+                  **({"tensor_parallel_size": int(num_gpus)} if num_gpus > 1 else {})}
     return start_chat_server(ANSWERER, str(model), num_gpus=num_gpus, temperature=temperature,
                              max_tokens=max_tokens, **engine)
 
@@ -136,8 +138,9 @@ def main() -> None:
                                   temperature=PAPER["answerer_temperature"], max_tokens=PAPER["max_tokens"])
         return start_answerer(args.answerer or WARM_START)
 
-    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
-                lambda: paper_config(args.model, policy_gpus, url or f"actor:{ANSWERER}", args.data),
+    answerer = url or f"actor:{ANSWERER}"
+    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START, answerer),
+                lambda: paper_config(args.model, policy_gpus, answerer, args.data),
                 cpu_iterations=CPU_ITERATIONS, metric="r_acc", serve=serve)
 
 

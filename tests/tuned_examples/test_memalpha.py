@@ -71,8 +71,10 @@ def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
     assert (tmp_path / SUMMARY_FILE).is_file() and AutoModelForCausalLM.from_pretrained(tmp_path) is not None
 
 
-def test_answerer_name_is_what_the_cpu_env_reaches():
+def test_cpu_env_reaches_the_answerer_actor_or_a_given_url():
     assert config(WARM_START).environment_cfg.env_config["answerer"] == f"actor:{ANSWERER}"
+    url = "http://127.0.0.1:8001/v1"
+    assert config(WARM_START, answerer=url).environment_cfg.env_config["answerer"] == url
 
 
 @pytest.mark.slow
