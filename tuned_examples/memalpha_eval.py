@@ -26,8 +26,7 @@ import numpy as np
 import envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
-from memrl.stats import reward_interval
-from tuned_examples.common import RUNS, init_ray, trained_policy
+from tuned_examples.common import RUNS, heldout_summary, init_ray, trained_policy
 from tuned_examples.memalpha_grpo import (
     ANSWERER,
     CPU_MAX_TOKENS,
@@ -63,16 +62,10 @@ def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
 
 def figures(name: str, setting: dict, trajectories: list) -> dict:
     """One table row: r_acc with its 95% interval and the memory figures over the scored trajectories."""
-    scored = [t for t in trajectories if not t.failure]
-    mean, low, high = reward_interval([t.metrics["r_acc"] for t in scored])
-
-    def avg(key: str) -> float:
-        values = [t.metrics[key] for t in scored if key in t.metrics]
-        return float(np.mean(values)) if values else float("nan")
-
-    return {"policy": name, **setting, "num_tasks": len(scored), "num_failed": len(trajectories) - len(scored),
-            "r_acc": mean, "ci_low": low, "ci_high": high, "memory_tokens": avg("memory_tokens"),
-            "chunk_tokens": avg("chunk_tokens"), "tool_success": avg("tool_success")}
+    ev = heldout_summary(trajectories, "r_acc")
+    return {"policy": name, **setting, "num_tasks": int(ev["num_tasks"]), "num_failed": int(ev["num_failed"]),
+            "r_acc": ev["r_acc_mean"], "ci_low": ev["r_acc_ci_low"], "ci_high": ev["r_acc_ci_high"],
+            **{key: ev[f"{key}_mean"] for key in ("memory_tokens", "chunk_tokens", "tool_success")}}
 
 
 def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, length_tasks: int,
