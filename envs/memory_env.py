@@ -1,14 +1,16 @@
 """memrl/MemoryStore-v0: Mem-α's memory-tool store fed by a stream of chunks, then questions answered from it.
 
 reset -> the first chunk. Each step takes one reply: in memory="tools" mode its tool calls (envs.memory_store) run
-against the episode's store; in memory="text" mode the whole reply becomes the one-paragraph memory (the flat
-memory of the MemAgent and MEM1-style baselines). The step returns the next chunk. After the last chunk's step a
-frozen answerer answers every question from the final memory (envs.memory_answer) and the episode ends. In
-memory="context" mode nothing is written (the long-context and RAG baselines): each question is answered from the
-task's chunks themselves (the latest that fit in context_tokens, or the BM25 top context_top_k), so the episode
-starts at the questions; the policy answers them (answerer="policy"), or with answerer=None a caller hands
-env.answer_chat(i) to a frozen answerer itself. reset(options=...) changes any option but FIXED_OPTIONS for one
-episode (SFT's task_options mix memory modes and categories that way).
+against the episode's store; in memory="text" mode the whole reply becomes the one-paragraph memory (the flat memory
+of the MemAgent and MEM1-style baselines). The step returns the next chunk. After the last chunk's step a frozen
+answerer answers every question from the final memory (envs.memory_answer) and the episode ends. In memory="context"
+mode nothing is written (the long-context and RAG baselines): each question is answered from the task's chunks
+themselves (the latest that fit in context_tokens, or the BM25 top context_top_k), so the episode starts at the
+questions; the policy answers them (answerer="policy"), or with answerer=None a caller hands env.answer_chat(i) to a
+frozen answerer itself. With expert_writes the scripted expert writes every chunk before the episode starts
+(synthetic tasks, memory="tools" or "text"), so it too starts at the questions: answer rows over the expert's memory
+(the answerer's SFT data, and its accuracy from a good memory). reset(options=...) changes any option but
+FIXED_OPTIONS for one episode (SFT's task_options mix memory modes and categories that way).
 
 Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
@@ -117,6 +119,9 @@ class MemoryStoreConfig:
     reward_variant: str = "paper"
     """One of envs.memory_rewards.VARIANTS: 'authors_code' counts a skipped duplicate insert as a failed call and
     matches only the first gold answer of SQuAD/HotpotQA sources."""
+    expert_writes: bool = False
+    """The scripted expert writes every chunk before the episode starts, which begins at the questions (synthetic
+    data, memory 'tools' or 'text', answerer 'policy' or None): answers over a memory written as it should be."""
     max_chunks: int | None = None
     """Stream at most this many chunks of a task (None: all)."""
     max_action_chars: int = 40_000
@@ -155,6 +160,11 @@ class MemoryStoreConfig:
             raise ValueError(f"MemoryStoreConfig: memory='context' has no writing phase to step through before a "
                              f"frozen answerer; use answerer='policy' or None (and hand env.answer_chat(i) to the "
                              f"answerer), got answerer={self.answerer!r}")
+        if self.expert_writes and (self.data != "synthetic" or self.memory == "context"
+                                   or self.answerer not in ("policy", None)):
+            raise ValueError(f"MemoryStoreConfig: expert_writes needs data='synthetic' (the expert is scripted for "
+                             f"the generators), memory 'tools' or 'text' and answerer 'policy' or None, got "
+                             f"data={self.data!r}, memory={self.memory!r}, answerer={self.answerer!r}")
         for name in ("answer_top_k", "max_chunks", "context_tokens", "context_top_k"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -246,6 +256,11 @@ class MemoryStoreEnv(gym.Env):
         if self.config.memory == "context":  # nothing to write: straight to the questions
             self._chunk = len(chunks)
             return self._question(), self._info("answer")
+        if self.config.expert_writes:  # the expert's memory, not the policy's: no rows of its own
+            while self._chunk < len(chunks):
+                self._write(self.expert_action())
+                self._chunk += 1
+            return self._question(), self._info("answer")
         return chunks[0], self._info("memory")
 
     def step(self, action: str):
@@ -257,15 +272,7 @@ class MemoryStoreEnv(gym.Env):
             if len(self._answers) < len(self.task.questions):
                 return self._question(), 0.0, False, False, self._info("answer")
             return self._finish(0.0, [], 0.0, 0.0)
-        if self.config.memory == "text":
-            results = []
-            text = reply.strip()
-            self.store.core = text
-            r_tool = r_content = 0.0
-        else:
-            results = [execute(self.store, call) for call in parse_tool_calls(reply)]
-            r_tool = tool_reward(results, self.config.reward_variant)
-            r_content = content_reward(results, self._judge(results))
+        results, r_tool, r_content = self._write(reply)
         calls = [{"name": r.name, "ok": r.ok, "message": r.message} for r in results]
         self._calls += calls
         self._rows.append((r_tool, r_content))
@@ -278,6 +285,14 @@ class MemoryStoreEnv(gym.Env):
             info = {**self._info("answer"), "calls": calls, "r_tool": r_tool, "r_content": r_content}
             return self._question(), reward, False, False, info
         return self._finish(reward, calls, r_tool, r_content)
+
+    def _write(self, reply: str):
+        """Apply one chunk's reply to the memory: its tool calls' results, r_tool and r_content."""
+        if self.config.memory == "text":
+            self.store.core = reply.strip()
+            return [], 0.0, 0.0
+        results = [execute(self.store, call) for call in parse_tool_calls(reply)]
+        return results, tool_reward(results, self.config.reward_variant), content_reward(results, self._judge(results))
 
     def _question(self) -> str:
         return self.task.questions[len(self._answers)].question

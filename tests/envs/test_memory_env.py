@@ -245,3 +245,23 @@ def test_reset_options_change_one_episode_and_name_what_is_fixed():
         env.reset(seed=1, options={"answerer": None})
     with pytest.raises(ValueError, match="no option"):
         env.reset(seed=1, options={"colour": "red"})
+
+
+@pytest.mark.parametrize("memory", ["tools", "text"])
+def test_with_expert_writes_the_episode_starts_at_the_questions_over_the_experts_memory(memory):
+    """The answerer's SFT data: the expert's memory is written in reset, the policy only answers."""
+    env = MemoryStoreEnv(num_chunks=3, num_questions=2, answerer="policy", memory=memory, expert_writes=True)
+    obs, info = env.reset(seed=4)
+    assert info["phase"] == "answer" and obs == env.task.questions[0].question
+    by_hand = MemoryStoreEnv(num_chunks=3, num_questions=2, memory=memory)
+    by_hand.reset(seed=4)
+    for _ in range(3):
+        by_hand.step(by_hand.expert_action())
+    assert info["memory"] == by_hand.store.to_dict() and info["answer_chat"] == by_hand.answer_chat(0)
+    terminated = False
+    while not terminated:
+        obs, reward, terminated, _, info = env.step(env.expert_action())
+    assert info["metrics"]["r_acc"] == 1.0 and len(info["row_rewards"]) == 2
+    for bad in ({"memory": "context"}, {"data": "file", "data_path": "x.jsonl"}, {"answerer": "actor:a"}):
+        with pytest.raises(ValueError, match="expert_writes needs"):
+            MemoryStoreEnv.check_options({"expert_writes": True, **bad})
