@@ -6,12 +6,13 @@ grows past the training length.
     python tuned_examples/memalpha_eval.py --policy runs/memalpha_grpo/model --multipliers 1 4 8 13
 
 Every policy meets the same held-out tasks of each category (the CPU task of tuned_examples/memalpha_grpo.py) and
-the same frozen answerer: the Mem-α policies build a memory with tool calls that the answerer reads; long-context
-(the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two chunks BM25 ranks highest for the question)
-have no memory, and the answerer's own weights read the chunks instead. Per policy and category: r_acc (the
-questions' mean score) with its 95% interval, memory tokens (what the answerer is shown) and tool-call success; then
-r_acc on mixed tasks of 1x, 4x, 8x and 13x the training chunks. Writes memalpha_eval.json, memalpha_eval.md and
-memalpha_eval.png to --out.
+the same frozen answerer (the shipped CPU answerer): the Mem-α policies build a memory with tool calls that the
+answerer reads; "expert memory" is the store the scripted expert writes, read by the same answerer (what a memory
+written as it should be gives); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
+chunks BM25 ranks highest for the question) have no memory, and the answerer's own weights read the chunks instead.
+Per policy and category: r_acc (the questions' mean score) with its 95% interval, memory tokens (what the answerer
+is shown) and tool-call success; then r_acc on mixed tasks of 1x, 4x, 8x and 13x the training chunks. Writes
+memalpha_eval.json, memalpha_eval.md and memalpha_eval.png to --out.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from memrl.evaluation import evaluate_checkpoint
 from tuned_examples.common import RUNS, heldout_summary, init_ray, trained_policy
 from tuned_examples.memalpha_grpo import (
     ANSWERER,
+    ANSWERER_CHECKPOINT,
     CPU_MAX_TOKENS,
     CPU_TASK,
     CPU_WORKFLOW,
+    LONG_CONTEXT_TOKENS,
     WARM_START,
     cpu_env_config,
     start_answerer,
@@ -39,25 +42,26 @@ from tuned_examples.memalpha_grpo import (
 
 MULTIPLIERS = (1, 4, 8, 13)
 """Stream lengths, as multiples of the training chunks (the paper's 13x is its longest)."""
-LONG_CONTEXT_TOKENS = 1024
-"""The long-context baseline's window: it reads the latest chunks that fit (all of them at the training length)."""
 TRAINED = RUNS / "memalpha_grpo" / "model"
 """Where tuned_examples/memalpha_grpo.py writes the trained policy."""
 MEMORY_MODES = {
     "tools": {"memory": "tools", "answerer": f"actor:{ANSWERER}"},
+    "expert": {"memory": "tools", "expert_writes": True, "answerer": "policy"},
     "long-context": {"memory": "context", "context_tokens": LONG_CONTEXT_TOKENS, "answerer": "policy"},
     "RAG-top2": {"memory": "context", "context_top_k": 2, "answerer": "policy"},
 }
-"""Env options per kind of policy: a memory written with tools and read by the frozen answerer, or no memory and the
-answerer's weights (the policy checkpoint of those rows) reading the chunks."""
+"""Env options per kind of policy: a memory written with tools and read by the frozen answerer, the expert's memory
+read by the answerer's weights (the checkpoint of that row), or no memory and the answerer's weights reading the
+chunks."""
 
 
 def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, memory mode) of each policy to measure; the trained one only when given. The baselines
-    without a memory run the answerer's weights (the warm-start)."""
+    """(name, checkpoint, memory mode) of each policy to measure; the trained one only when given. The rows that
+    do not write with tools run the answerer's weights."""
     rows = [("Mem-α RL", trained, "tools")] if trained is not None else []
-    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("long-context", WARM_START, "long-context"),
-                   ("RAG-top2", WARM_START, "RAG-top2")]
+    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("expert memory", ANSWERER_CHECKPOINT, "expert"),
+                   ("long-context", ANSWERER_CHECKPOINT, "long-context"),
+                   ("RAG-top2", ANSWERER_CHECKPOINT, "RAG-top2")]
 
 
 def figures(name: str, setting: dict, trajectories: list) -> dict:
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if min(args.multipliers) < 1 or args.num_tasks < 1 or args.length_tasks < 1:
         p.error("--multipliers, --num-tasks and --length-tasks must be positive integers")
     init_ray(0)
-    answerer = start_answerer(WARM_START)  # noqa: F841 (the actor lives as long as its handle)
+    answerer = start_answerer(ANSWERER_CHECKPOINT)  # noqa: F841 (the actor lives as long as its handle)
     rows = evaluate(policies(trained), sorted(args.multipliers), args.num_tasks, args.length_tasks, args.engine)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "memalpha_eval.json").write_text(json.dumps(rows, indent=1))

@@ -10,10 +10,10 @@ memory store (core, semantic, episodic). After the last chunk a frozen answerer 
 the memory, and every chunk row is rewarded r_acc + 0.05 r_compress + r_tool + 0.1 r_content (memrl/MemoryStore-v0).
 
 On CPU the policy starts from the shipped warm-start of the embedded tiny model (tuned_examples/memalpha_sft.py,
-which learned both to write the expert's calls and to answer from a memory), and a frozen copy of that warm-start
-is the answerer, served by a chat actor. Held-out r_acc (the answerer's accuracy from the memory the policy built)
-is measured on the same tasks before and after training, with 95% intervals and the paired change; tool-call
-success and memory size come with it. The policy is written to <out>/model.
+which learned to write the expert's calls), and the answerer is the shipped tiny checkpoint trained to answer from a
+memory (memalpha_sft.py --role answerer), frozen and served by a chat actor. Held-out r_acc (the answerer's accuracy
+from the memory the policy built) is measured on the same tasks before and after training, with 95% intervals and
+the paired change; tool-call success and memory size come with it. The policy is written to <out>/model.
 
 On GPUs: the paper's settings (group 8, 32 tasks per step, lr 1e-6, KL loss 1e-3 as the authors' script,
 beta 0.05, gamma 0.1), the full prompt with the tools' JSON schemas, and the answerer either an OpenAI-compatible
@@ -31,7 +31,10 @@ from tuned_examples.common import parser, run_example, size_for_gpus
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live."""
 WARM_START = CHECKPOINTS / "memalpha_sft"
-"""The CPU policy RL starts from, and the CPU answerer (built by tuned_examples/memalpha_sft.py)."""
+"""The CPU policy RL starts from (built by tuned_examples/memalpha_sft.py)."""
+ANSWERER_CHECKPOINT = CHECKPOINTS / "memalpha_answerer"
+"""The frozen CPU answerer, trained to answer from every kind of memory (tuned_examples/memalpha_sft.py --role
+answerer)."""
 ANSWERER = "memalpha-answerer"
 """Name of the chat actor that answers the questions (envs reach it as answerer="actor:memalpha-answerer")."""
 
@@ -47,6 +50,8 @@ CPU_MAX_TOKENS = 320
 tokens of the tiny tokenizer."""
 CPU_ANSWER_TOKENS = 24
 """Longest answer of the CPU answerer (a name, a boxed label or a few key words)."""
+LONG_CONTEXT_TOKENS = 1024
+"""The long-context baseline's window: it reads the latest chunks that fit (all of them at the training length)."""
 CPU_ITERATIONS = 30
 """Training iterations of the CPU default."""
 
@@ -136,7 +141,7 @@ def main() -> None:
         if args.num_gpus:
             return start_answerer(args.answerer, num_gpus=args.answerer_gpus,
                                   temperature=PAPER["answerer_temperature"], max_tokens=PAPER["max_tokens"])
-        return start_answerer(args.answerer or WARM_START)
+        return start_answerer(args.answerer or ANSWERER_CHECKPOINT)
 
     answerer = url or f"actor:{ANSWERER}"
     run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START, answerer),

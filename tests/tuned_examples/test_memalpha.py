@@ -1,6 +1,6 @@
 """The Mem-α tuned example for real: the paper preset, the command line's checks, a short GRPO run of the CPU
-default from the shipped warm-start with its frozen answerer, the warm-start build's short form and the evaluation
-tables."""
+default from the shipped warm-start with the shipped frozen answerer, the short forms of both builds and the
+evaluation tables."""
 
 import json
 import subprocess
@@ -12,7 +12,15 @@ from transformers import AutoModelForCausalLM
 from memrl.sft import SUMMARY_FILE
 from tuned_examples import memalpha_eval, memalpha_sft
 from tuned_examples.common import train
-from tuned_examples.memalpha_grpo import ANSWERER, PAPER, WARM_START, config, paper_config, start_answerer
+from tuned_examples.memalpha_grpo import (
+    ANSWERER,
+    ANSWERER_CHECKPOINT,
+    PAPER,
+    WARM_START,
+    config,
+    paper_config,
+    start_answerer,
+)
 
 
 def test_paper_preset_sized_for_gpus():
@@ -41,7 +49,7 @@ def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, messa
 
 @pytest.mark.slow
 def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path):
-    answerer = start_answerer(WARM_START)
+    answerer = start_answerer(ANSWERER_CHECKPOINT)
     try:
         cfg = (config(WARM_START)
                .env_runners(num_envs_per_env_runner=8)
@@ -71,6 +79,17 @@ def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
     assert (tmp_path / SUMMARY_FILE).is_file() and AutoModelForCausalLM.from_pretrained(tmp_path) is not None
 
 
+@pytest.mark.slow
+def test_answerer_build_short_form_trains_on_answers_over_every_kind_of_memory(ray_session, tiny_checkpoint,
+                                                                               tmp_path):
+    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=5, num_eval_tasks=5, model=tiny_checkpoint,
+                                 role="answerer")
+    assert summary["config"]["training"]["task_options"] == memalpha_sft.ANSWERER_TASKS
+    assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
+    with pytest.raises(ValueError, match="role must be one of"):
+        memalpha_sft.build(tmp_path, steps=2, num_train_tasks=5, num_eval_tasks=5, role="judge")
+
+
 def test_cpu_env_reaches_the_answerer_actor_or_a_given_url():
     assert config(WARM_START).environment_cfg.env_config["answerer"] == f"actor:{ANSWERER}"
     url = "http://127.0.0.1:8001/v1"
@@ -79,22 +98,24 @@ def test_cpu_env_reaches_the_answerer_actor_or_a_given_url():
 
 @pytest.mark.slow
 def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_session, tmp_path):
-    answerer = start_answerer(WARM_START)
+    answerer = start_answerer(ANSWERER_CHECKPOINT)
     try:
         rows = memalpha_eval.evaluate(memalpha_eval.policies(None), [1, 2], num_tasks=6, length_tasks=6,
                                       engine="torch")
     finally:
         ray_session.kill(answerer)
     by = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}
-    assert len(rows) == 3 * (3 + 2) and all(r["num_tasks"] == 6 and r["num_failed"] == 0 for r in rows)
+    assert len(rows) == 4 * (3 + 2) and all(r["num_tasks"] == 6 and r["num_failed"] == 0 for r in rows)
     for category in ("accurate_retrieval", "test_time_learning", "long_range_understanding"):
         # Long context reads every chunk at the training length, RAG-top2 two of the three.
         full, rag = by["long-context", category, 1], by["RAG-top2", category, 1]
         assert full["memory_tokens"] == pytest.approx(full["chunk_tokens"])
         assert rag["memory_tokens"] < rag["chunk_tokens"]
         assert by["Mem-α warm-start", category, 1]["tool_success"] > 0.8
+        # The expert's store is written outside the episode: no calls of the policy's.
+        assert by["expert memory", category, 1]["tool_success"] == 0.0
     assert by["Mem-α warm-start", "mixed", 2]["chunk_tokens"] > 1.5 * by["Mem-α warm-start", "mixed", 1]["chunk_tokens"]
     table = memalpha_eval.markdown(rows)
-    assert table.count("\n") == 2 + 3 + 1 + 2 + 3 and "RAG-top2" in table
+    assert table.count("\n") == 2 + 4 + 1 + 2 + 4 and "RAG-top2" in table
     memalpha_eval.plot(rows, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 10_000
