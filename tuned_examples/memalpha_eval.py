@@ -29,12 +29,12 @@ from envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
 from tuned_examples.common import RUNS, heldout_summary, init_ray, trained_policy
 from tuned_examples.memalpha_grpo import (
+    ANSWER_MEMORIES,
     ANSWERER,
     ANSWERER_CHECKPOINT,
     CPU_MAX_TOKENS,
     CPU_TASK,
     CPU_WORKFLOW,
-    LONG_CONTEXT_TOKENS,
     WARM_START,
     cpu_env_config,
     start_answerer,
@@ -44,12 +44,9 @@ MULTIPLIERS = (1, 4, 8, 13)
 """Stream lengths, as multiples of the training chunks (the paper's 13x is its longest)."""
 TRAINED = RUNS / "memalpha_grpo" / "model"
 """Where tuned_examples/memalpha_grpo.py writes the trained policy."""
-MEMORY_MODES = {
-    "tools": {"memory": "tools", "answerer": f"actor:{ANSWERER}"},
-    "expert": {"memory": "tools", "expert_writes": True, "answerer": "policy"},
-    "long-context": {"memory": "context", "context_tokens": LONG_CONTEXT_TOKENS, "answerer": "policy"},
-    "RAG-top2": {"memory": "context", "context_top_k": 2, "answerer": "policy"},
-}
+MEMORY_MODES = {"tools": {"memory": "tools", "answerer": f"actor:{ANSWERER}"},
+                **{name: {**options, "answerer": "policy"} for name, options in ANSWER_MEMORIES.items()
+                   if name != "expert paragraph"}}
 """Env options per kind of policy: a memory written with tools and read by the frozen answerer, the expert's memory
 read by the answerer's weights (the checkpoint of that row), or no memory and the answerer's weights reading the
 chunks."""
@@ -59,7 +56,7 @@ def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
     """(name, checkpoint, memory mode) of each policy to measure; the trained one only when given. The rows that
     do not write with tools run the answerer's weights."""
     rows = [("Mem-α RL", trained, "tools")] if trained is not None else []
-    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("expert memory", ANSWERER_CHECKPOINT, "expert"),
+    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("expert memory", ANSWERER_CHECKPOINT, "expert memory"),
                    ("long-context", ANSWERER_CHECKPOINT, "long-context"),
                    ("RAG-top2", ANSWERER_CHECKPOINT, "RAG-top2")]
 

@@ -52,6 +52,14 @@ CPU_ANSWER_TOKENS = 24
 """Longest answer of the CPU answerer (a name, a boxed label or a few key words)."""
 LONG_CONTEXT_TOKENS = 1024
 """The long-context baseline's window: it reads the latest chunks that fit (all of them at the training length)."""
+ANSWER_MEMORIES = {
+    "expert memory": {"expert_writes": True},
+    "expert paragraph": {"expert_writes": True, "memory": "text"},
+    "long-context": {"memory": "context", "context_tokens": LONG_CONTEXT_TOKENS},
+    "RAG-top2": {"memory": "context", "context_top_k": 2},
+}
+"""What the answerer reads other than a policy's store, as env options: the expert's tool-written store, the expert's
+flat paragraph, the latest chunks (long-context) and the two chunks BM25 ranks highest (RAG-top2)."""
 CPU_ITERATIONS = 30
 """Training iterations of the CPU default."""
 

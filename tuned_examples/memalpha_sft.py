@@ -12,7 +12,7 @@ the expert built. So the warm-start learns both to write the memory and to answe
 The answerer (--role answerer) learns answering only, from every kind of memory the evaluation shows it
 (ANSWERER_TASKS): the store the expert writes with tools (at the training length and at 4x), the expert's flat
 paragraph (the MemAgent and MEM1-style baselines) and the chunks themselves (long-context and RAG-top2), so each
-baseline is read by the same answerer. Its held-out reward is its accuracy from a memory written as it should be.
+baseline is read by the same answerer. Its held-out reward is r_acc + 0.05 r_compress over those kinds of memory.
 Each build writes the checkpoint and sft_summary.json (held-out NLL, per-call exact match, greedy reward with its
 95% interval, wall time).
 """
@@ -27,10 +27,10 @@ from memrl.algorithms.sft import SFTConfig
 from memrl.learner.losses import LossConfig
 from tuned_examples.common import default_model
 from tuned_examples.memalpha_grpo import (
+    ANSWER_MEMORIES,
     ANSWERER_CHECKPOINT,
     CPU_TASK,
     CPU_WORKFLOW,
-    LONG_CONTEXT_TOKENS,
     WARM_START,
     cpu_env_config,
 )
@@ -39,16 +39,9 @@ STEPS = {"policy": 1500, "answerer": 1000}
 """Optimizer steps of each role's full build (32 expert calls per step)."""
 EVAL_TASKS = {"policy": 48, "answerer": 100}
 """Held-out expert episodes each role's build evaluates on."""
-ANSWERER_TASKS = [
-    {"expert_writes": True},
-    {"expert_writes": True, "memory": "text"},
-    {"memory": "context", "context_tokens": LONG_CONTEXT_TOKENS},
-    {"memory": "context", "context_top_k": 2},
-    {"expert_writes": True, "num_chunks": 4 * CPU_TASK["num_chunks"]},
-]
-"""The answerer's episodes, in turn by seed (five kinds, so each meets every category): the questions over the
-expert's tool-written store, its flat paragraph, the latest chunks, the two BM25 chunks, and a store four times
-longer (a longer stream's memory holds more items)."""
+ANSWERER_TASKS = [*ANSWER_MEMORIES.values(), {"expert_writes": True, "num_chunks": 4 * CPU_TASK["num_chunks"]}]
+"""The answerer's episodes, in turn by seed (five kinds, so each meets every category): the questions over each of
+ANSWER_MEMORIES, and over an expert's store four times longer (a longer stream's memory holds more items)."""
 OUT = {"policy": WARM_START, "answerer": ANSWERER_CHECKPOINT}
 """Where each role's checkpoint is shipped."""
 
