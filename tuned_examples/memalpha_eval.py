@@ -1,13 +1,15 @@
 """Mem-α's evaluation tables in shape (paper, Tables 1-2): accuracy and memory size per category for the trained
-policy, its warm-start and the baselines without a memory, on the same held-out tasks, and accuracy as the stream
-grows past the training length.
+policy, its warm-start, the flat-memory baselines and the baselines without a memory, on the same held-out tasks,
+and accuracy as the stream grows past the training length.
 
-    python tuned_examples/memalpha_eval.py                 # after tuned_examples/memalpha_grpo.py
+    python tuned_examples/memalpha_eval.py                 # after tuned_examples/memalpha_grpo.py [--writer W]
     python tuned_examples/memalpha_eval.py --policy runs/memalpha_grpo/model --multipliers 1 4 8 13
 
 Every policy meets the same held-out tasks of each category (the CPU task of tuned_examples/memalpha_grpo.py) and
 the same frozen answerer (the shipped CPU answerer): the Mem-α policies build a memory with tool calls that the
-answerer reads; "expert memory" is the store the scripted expert writes, read by the same answerer (what a memory
+answerer reads; the flat-memory baselines (MemAgent, MEM1-style) rewrite one paragraph per chunk that it reads
+instead, trained by memalpha_grpo.py --writer when runs/memalpha_grpo_<writer>/model exists, else their
+warm-starts; "expert memory" is the store the scripted expert writes, read by the same answerer (what a memory
 written as it should be gives); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
 chunks BM25 ranks highest for the question) have no memory, and the answerer's own weights read the chunks instead.
 Per policy and category: r_acc (the questions' mean score) with its 95% interval, memory tokens (what the answerer
@@ -34,29 +36,34 @@ from tuned_examples.memalpha_grpo import (
     ANSWERER_CHECKPOINT,
     CPU_MAX_TOKENS,
     CPU_TASK,
-    CPU_WORKFLOW,
-    WARM_START,
+    WRITERS,
     cpu_env_config,
     start_answerer,
 )
 
 MULTIPLIERS = (1, 4, 8, 13)
 """Stream lengths, as multiples of the training chunks (the paper's 13x is its longest)."""
-TRAINED = RUNS / "memalpha_grpo" / "model"
-"""Where tuned_examples/memalpha_grpo.py writes the trained policy."""
-MEMORY_MODES = {"tools": {"memory": "tools", "answerer": f"actor:{ANSWERER}"},
+LABELS = {"mem-alpha": "Mem-α", "memagent": "MemAgent", "mem1": "MEM1-style"}
+"""Each writer's name in the tables (memalpha_grpo.WRITERS)."""
+TRAINED = {writer: RUNS / ("memalpha_grpo" + ("" if writer == "mem-alpha" else f"_{writer}")) / "model"
+           for writer in WRITERS}
+"""Where tuned_examples/memalpha_grpo.py [--writer W] writes each trained policy."""
+MEMORY_MODES = {**{writer: {"memory": w.memory, "answerer": f"actor:{ANSWERER}"} for writer, w in WRITERS.items()},
                 **{name: {**options, "answerer": "policy"} for name, options in ANSWER_MEMORIES.items()
                    if name != "expert paragraph"}}
-"""Env options per kind of policy: a memory written with tools and read by the frozen answerer, the expert's memory
-read by the answerer's weights (the checkpoint of that row), or no memory and the answerer's weights reading the
-chunks."""
+"""Env options per kind of row: a writer's memory (tools or a paragraph) read by the frozen answerer, the expert's
+memory read by the answerer's weights (the checkpoint of that row), or no memory and the answerer's weights reading
+the chunks."""
 
 
-def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, memory mode) of each policy to measure; the trained one only when given. The rows that
-    do not write with tools run the answerer's weights."""
-    rows = [("Mem-α RL", trained, "tools")] if trained is not None else []
-    return rows + [("Mem-α warm-start", WARM_START, "tools"), ("expert memory", ANSWERER_CHECKPOINT, "expert memory"),
+def policies(trained: dict[str, Path]) -> list[tuple[str, Path, str]]:
+    """(name, checkpoint, memory mode) of each row: each trained writer given (a WRITERS name -> its RL checkpoint),
+    Mem-α's warm-start, the warm-start of each flat-memory baseline not trained, then the rows without a policy's
+    memory, which run the answerer's weights."""
+    rows = [(f"{LABELS[w]} RL", trained[w], w) for w in WRITERS if w in trained]
+    rows += [(f"{LABELS[w]} warm-start", WRITERS[w].warm_start, w) for w in WRITERS
+             if w == "mem-alpha" or w not in trained]
+    return rows + [("expert memory", ANSWERER_CHECKPOINT, "expert memory"),
                    ("long-context", ANSWERER_CHECKPOINT, "long-context"),
                    ("RAG-top2", ANSWERER_CHECKPOINT, "RAG-top2")]
 
@@ -76,14 +83,16 @@ def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_task
     rows = []
     for name, path, mode in runs:
         base = {**cpu_env_config(path), **MEMORY_MODES[mode]}
+        # The answerer's weights answer through Mem-α's workflow (it only shows them the answer chat).
+        workflow = WRITERS.get(mode, WRITERS["mem-alpha"])
         # One engine per call: the categories at the training length, then the lengths on mixed tasks.
         for settings, n in (([{"category": c, "multiplier": 1} for c in CATEGORIES], num_tasks),
                             ([{"category": "mixed", "multiplier": m} for m in multipliers], length_tasks)):
             env_configs = [{**base, "category": s["category"], "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
                            for s in settings]
-            results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, "memalpha", CPU_WORKFLOW,
-                                          n, max_tokens=CPU_MAX_TOKENS, engine=engine, engine_config=engine_config,
-                                          seed=seed)
+            results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, workflow.workflow,
+                                          workflow.workflow_config, n, max_tokens=CPU_MAX_TOKENS, engine=engine,
+                                          engine_config=engine_config, seed=seed)
             for setting, (_, trajectories) in zip(settings, results):
                 row = figures(name, setting, trajectories)
                 rows.append(row)
@@ -152,7 +161,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", type=Path, help=f"trained Mem-α checkpoint (default: {TRAINED} when it exists)")
+    p.add_argument("--policy", type=Path,
+                   help=f"trained Mem-α checkpoint (default: {TRAINED['mem-alpha']} when it exists); the baselines' "
+                   "trained checkpoints are read from runs/memalpha_grpo_<writer>/model when they exist")
     p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
                    help="stream lengths as multiples of the training chunks")
     p.add_argument("--num-tasks", type=int, default=200, help="held-out tasks per category")
@@ -160,7 +171,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="the policies' inference engine")
     p.add_argument("--out", type=Path, default=RUNS / "memalpha_eval", help="where to write the tables and plot")
     args = p.parse_args(argv)
-    trained = trained_policy(p, args.policy, TRAINED)
+    found = {w: trained_policy(p, args.policy if w == "mem-alpha" else None, path) for w, path in TRAINED.items()}
+    trained = {w: path for w, path in found.items() if path is not None}
     if min(args.multipliers) < 1 or args.num_tasks < 1 or args.length_tasks < 1:
         p.error("--multipliers, --num-tasks and --length-tasks must be positive integers")
     init_ray(0)

@@ -1,6 +1,7 @@
 """Mem-α: a memory agent that writes its own memory with tool calls, trained with GRPO over rows.
 
 CPU default:              python tuned_examples/memalpha_grpo.py
+A flat-memory baseline:   python tuned_examples/memalpha_grpo.py --writer memagent   (or --writer mem1)
 GPUs, the paper's preset: python tuned_examples/memalpha_grpo.py --model /ckpt/Qwen3-4B --num-gpus 8 \\
                               --answerer http://127.0.0.1:8001/v1 [--data /data/memalpha_train.parquet]
 
@@ -14,6 +15,9 @@ which learned to write the expert's calls), and the answerer is the shipped tiny
 memory (memalpha_sft.py --role answerer), frozen and served by a chat actor. Held-out r_acc (the answerer's accuracy
 from the memory the policy built) is measured on the same tasks before and after training, with 95% intervals and
 the paired change; tool-call success and memory size come with it. The policy is written to <out>/model.
+--writer trains a flat-memory baseline instead (WRITERS: MemAgent or MEM1-style, one paragraph rewritten per
+chunk) from its own warm-start, with the same GRPO, iterations, tasks and answerer (reward r_acc + 0.05 r_compress:
+it makes no tool calls).
 
 On GPUs: the paper's settings (group 8, 32 tasks per step, lr 1e-6, KL loss 1e-3 as the authors' script,
 beta 0.05, gamma 0.1), the full prompt with the tools' JSON schemas, and the answerer either an OpenAI-compatible
@@ -23,6 +27,7 @@ endpoint (--answerer URL, e.g. Qwen3-32B behind vLLM's server) or a local checkp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from memrl.algorithms import MemAlphaConfig
@@ -30,11 +35,14 @@ from tuned_examples.common import parser, run_example, size_for_gpus
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live."""
+BASE_CHECKPOINT = CHECKPOINTS / "memalpha_base"
+"""The embedded tiny model trained to write the expert's calls and to answer from a memory (tuned_examples/
+memalpha_sft.py --role base); the warm-start and the answerer continue from it."""
 WARM_START = CHECKPOINTS / "memalpha_sft"
-"""The CPU policy RL starts from (built by tuned_examples/memalpha_sft.py)."""
+"""The CPU policy RL starts from: the base trained further on the expert's calls (tuned_examples/memalpha_sft.py)."""
 ANSWERER_CHECKPOINT = CHECKPOINTS / "memalpha_answerer"
-"""The frozen CPU answerer, trained to answer from every kind of memory (tuned_examples/memalpha_sft.py --role
-answerer)."""
+"""The frozen CPU answerer: the base trained further to answer from every kind of memory
+(tuned_examples/memalpha_sft.py --role answerer)."""
 ANSWERER = "memalpha-answerer"
 """Name of the chat actor that answers the questions (envs reach it as answerer="actor:memalpha-answerer")."""
 
@@ -63,25 +71,55 @@ flat paragraph, the latest chunks (long-context) and the two chunks BM25 ranks h
 CPU_ITERATIONS = 30
 """Training iterations of the CPU default."""
 
+
+@dataclass(frozen=True)
+class Writer:
+    """How a policy keeps its memory on the CPU task, and the warm-start it starts from (tuned_examples/
+    memalpha_sft.py builds each)."""
+
+    warm_start: Path
+    """The shipped SFT checkpoint RL starts from."""
+    workflow: str
+    """The workflow that prompts the policy and turns its replies into env actions."""
+    workflow_config: dict
+    """The workflow's options."""
+    memory: str
+    """The env's memory mode: "tools" (the store, written with tool calls) or "text" (one paragraph, rewritten)."""
+
+
+WRITERS = {
+    "mem-alpha": Writer(WARM_START, "memalpha", CPU_WORKFLOW, "tools"),
+    "memagent": Writer(CHECKPOINTS / "memalpha_memagent_sft", "memagent", {"memory_tokens": CPU_MAX_TOKENS}, "text"),
+    "mem1": Writer(CHECKPOINTS / "memalpha_mem1_sft", "memalpha", CPU_WORKFLOW, "text"),
+}
+"""The policies the evaluation compares on the same tasks and answerer: Mem-α's tool-written store, and the two
+flat-memory baselines, MemAgent (its overwrite prompt: problem, memory, section) and MEM1-style (the memalpha
+workflow's paragraph mode: the memory and the chunk, the reply is the new paragraph)."""
+
 PAPER = {"group_size": 8, "tasks_per_iteration": 32, "lr": 1e-6, "kl_coef": 1e-3, "beta": 0.05, "gamma": 0.1,
          "max_tokens": 2048, "max_model_len": 32768, "answerer_temperature": 0.7}
 """Mem-α's published training settings (paper, section 4.1 and eq. 1; KL loss from the authors' script)."""
 
 
-def cpu_env_config(tokenizer_path: str | Path, answerer: str = f"actor:{ANSWERER}") -> dict:
-    """env_config of the CPU task, answered by `answerer` (a frozen chat actor, or "policy" for SFT rows)."""
+def cpu_env_config(tokenizer_path: str | Path, answerer: str | None = f"actor:{ANSWERER}") -> dict:
+    """env_config of the CPU task, answered by `answerer` (a frozen chat actor; "policy" for SFT rows with
+    answers; None for SFT rows of calls alone)."""
     return {**CPU_TASK, "answerer": answerer, "tokenizer_path": str(tokenizer_path)}
 
 
-def config(model: str | Path = WARM_START, answerer: str = f"actor:{ANSWERER}") -> MemAlphaConfig:
+def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
+           writer: str = "mem-alpha") -> MemAlphaConfig:
     """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine, two ZeRO-3 learners; the answerer is
-    the chat actor ANSWERER (start_answerer) unless another is named."""
+    the chat actor ANSWERER (start_answerer) unless another is named. `writer` (a WRITERS name) says how the policy
+    keeps its memory; `model` defaults to that writer's warm-start."""
+    w = WRITERS[writer]
     return (MemAlphaConfig()
-            .environment("memrl/MemoryStore-v0", env_config=cpu_env_config(model, answerer))
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memalpha",
-                         workflow_config=CPU_WORKFLOW, engine="vllm", max_tokens=CPU_MAX_TOKENS,
+            .environment("memrl/MemoryStore-v0",
+                         env_config={**cpu_env_config(model or w.warm_start, answerer), "memory": w.memory})
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow=w.workflow,
+                         workflow_config=w.workflow_config, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=str(model), num_learners=2, token_budget=32768)
+            .learners(model_path=str(model or w.warm_start), num_learners=2, token_budget=32768)
             .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
             .evaluation(evaluation_num_tasks=300)
             .debugging(seed=0, wandb_project="memrl-memalpha"))
@@ -134,7 +172,12 @@ def main() -> None:
                    help="GPUs that serve a local --answerer checkpoint, taken from --num-gpus; unused for a URL")
     p.add_argument("--data", help="GPU runs: the Mem-α authors' training rows or MemoryAgentBench rows (README "
                    "'Data files'), else synthetic tasks")
+    p.add_argument("--writer", choices=sorted(WRITERS), default="mem-alpha",
+                   help="CPU runs: how the policy keeps its memory (WRITERS: Mem-α's tool store, or a flat-memory "
+                   "baseline from its own warm-start); writes to runs/memalpha_grpo[_WRITER]")
     args = p.parse_args()
+    if args.num_gpus and args.writer != "mem-alpha":
+        p.error("--writer picks a CPU baseline; the GPU preset trains Mem-α (--writer mem-alpha)")
     url = args.answerer if args.answerer and args.answerer.startswith(("http://", "https://")) else None
     policy_gpus = args.num_gpus - (0 if url else args.answerer_gpus)
     if args.num_gpus and not args.answerer:
@@ -152,7 +195,8 @@ def main() -> None:
         return start_answerer(args.answerer or ANSWERER_CHECKPOINT)
 
     answerer = url or f"actor:{ANSWERER}"
-    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START, answerer),
+    name = Path(__file__).stem + ("" if args.writer == "mem-alpha" else f"_{args.writer}")
+    run_example(p, args, name, lambda: config(args.model, answerer, args.writer),
                 lambda: paper_config(args.model, policy_gpus, answerer, args.data),
                 cpu_iterations=CPU_ITERATIONS, metric="r_acc", serve=serve)
 

@@ -1,5 +1,5 @@
 """The Mem-α tuned example for real: the paper preset, the command line's checks, a short GRPO run of the CPU
-default from the shipped warm-start with the shipped frozen answerer, the short forms of both builds and the
+default from the shipped warm-start with the shipped frozen answerer, the short forms of the builds and the
 evaluation tables."""
 
 import json
@@ -17,6 +17,7 @@ from tuned_examples.memalpha_grpo import (
     ANSWERER_CHECKPOINT,
     PAPER,
     WARM_START,
+    WRITERS,
     config,
     paper_config,
     start_answerer,
@@ -40,6 +41,7 @@ def test_paper_preset_sized_for_gpus():
 @pytest.mark.parametrize("args, message", [
     (["--num-gpus", "4", "--model", "/ckpt"], "--num-gpus needs --answerer"),
     (["--num-gpus", "1", "--model", "/ckpt", "--answerer", "/ckpt/Qwen3-32B"], "leaves no GPU for the policy"),
+    (["--num-gpus", "2", "--model", "/ckpt", "--answerer", "/ckpt/a", "--writer", "mem1"], "picks a CPU baseline"),
 ])
 def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, message):
     run = subprocess.run([sys.executable, "tuned_examples/memalpha_grpo.py", *args], capture_output=True, text=True,
@@ -70,10 +72,18 @@ def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path):
 
 
 @pytest.mark.slow
-def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
-    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=3, num_eval_tasks=3, model=tiny_checkpoint)
-    assert summary["config"]["env_runners"]["workflow"] == "memalpha"
-    assert summary["config"]["environment"]["env_config"]["answerer"] == "policy"  # writes and answers
+@pytest.mark.parametrize("role, answerer, workflow, memory", [
+    ("base", "policy", "memalpha", "tools"),  # writes and answers
+    ("policy", None, "memalpha", "tools"),  # writes only
+    ("memagent", None, "memagent", "text"),  # a flat-memory baseline: rewrites one paragraph
+])
+def test_warm_start_builds_short_form(ray_session, tiny_checkpoint, tmp_path, role, answerer, workflow, memory):
+    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=4, num_eval_tasks=4, model=tiny_checkpoint,
+                                 role=role)
+    env_config = summary["config"]["environment"]["env_config"]
+    assert summary["config"]["env_runners"]["workflow"] == workflow
+    assert (env_config["answerer"], env_config["memory"]) == (answerer, memory)
+    assert summary["config"]["training"]["task_options"] == memalpha_sft.ROLES[role].task_options
     assert [m["step"] for m in summary["curve"]] == [0, 2]
     assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
     assert (tmp_path / SUMMARY_FILE).is_file() and AutoModelForCausalLM.from_pretrained(tmp_path) is not None
@@ -90,6 +100,18 @@ def test_answerer_build_short_form_trains_on_answers_over_every_kind_of_memory(r
         memalpha_sft.build(tmp_path, steps=2, num_train_tasks=5, num_eval_tasks=5, role="judge")
 
 
+def test_flat_memory_baselines_share_the_cpu_default_but_their_memory():
+    tools, paragraph = config(), config(writer="memagent")
+    assert tools.learners_cfg.model_path == str(WARM_START)
+    assert paragraph.learners_cfg.model_path == str(WRITERS["memagent"].warm_start)
+    assert (paragraph.env_runners_cfg.workflow, paragraph.environment_cfg.env_config["memory"]) == ("memagent", "text")
+    assert config(writer="mem1").env_runners_cfg.workflow_config == tools.env_runners_cfg.workflow_config
+    for part in ("training_cfg", "evaluation_cfg"):
+        assert getattr(paragraph, part) == getattr(tools, part)
+    same = {k: v for k, v in tools.environment_cfg.env_config.items() if k not in ("memory", "tokenizer_path")}
+    assert same.items() <= paragraph.environment_cfg.env_config.items()
+
+
 def test_cpu_env_reaches_the_answerer_actor_or_a_given_url():
     assert config(WARM_START).environment_cfg.env_config["answerer"] == f"actor:{ANSWERER}"
     url = "http://127.0.0.1:8001/v1"
@@ -100,22 +122,25 @@ def test_cpu_env_reaches_the_answerer_actor_or_a_given_url():
 def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_session, tmp_path):
     answerer = start_answerer(ANSWERER_CHECKPOINT)
     try:
-        rows = memalpha_eval.evaluate(memalpha_eval.policies(None), [1, 2], num_tasks=6, length_tasks=6,
+        rows = memalpha_eval.evaluate(memalpha_eval.policies({}), [1, 2], num_tasks=6, length_tasks=6,
                                       engine="torch")
     finally:
         ray_session.kill(answerer)
     by = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}
-    assert len(rows) == 4 * (3 + 2) and all(r["num_tasks"] == 6 and r["num_failed"] == 0 for r in rows)
+    assert len(rows) == 6 * (3 + 2) and all(r["num_tasks"] == 6 and r["num_failed"] == 0 for r in rows)
     for category in ("accurate_retrieval", "test_time_learning", "long_range_understanding"):
         # Long context reads every chunk at the training length, RAG-top2 two of the three.
         full, rag = by["long-context", category, 1], by["RAG-top2", category, 1]
         assert full["memory_tokens"] == pytest.approx(full["chunk_tokens"])
         assert rag["memory_tokens"] < rag["chunk_tokens"]
         assert by["Mem-α warm-start", category, 1]["tool_success"] > 0.8
-        # The expert's store is written outside the episode: no calls of the policy's.
-        assert by["expert memory", category, 1]["tool_success"] == 0.0
+        # The expert's store is written outside the episode, and a paragraph is no call: no calls of the policy's.
+        for name in ("expert memory", "MemAgent warm-start", "MEM1-style warm-start"):
+            assert by[name, category, 1]["tool_success"] == 0.0
+            if name != "expert memory":  # each baseline wrote a paragraph
+                assert by[name, category, 1]["memory_tokens"] > 0
     assert by["Mem-α warm-start", "mixed", 2]["chunk_tokens"] > 1.5 * by["Mem-α warm-start", "mixed", 1]["chunk_tokens"]
     table = memalpha_eval.markdown(rows)
-    assert table.count("\n") == 2 + 4 + 1 + 2 + 4 and "RAG-top2" in table
+    assert table.count("\n") == 2 + 6 + 1 + 2 + 6 and "RAG-top2" in table and "MEM1-style warm-start" in table
     memalpha_eval.plot(rows, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 10_000
