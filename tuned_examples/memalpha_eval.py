@@ -38,15 +38,13 @@ from tuned_examples.memalpha_grpo import (
     CPU_TASK,
     WRITERS,
     cpu_env_config,
+    run_name,
     start_answerer,
 )
 
 MULTIPLIERS = (1, 4, 8, 13)
 """Stream lengths, as multiples of the training chunks (the paper's 13x is its longest)."""
-LABELS = {"mem-alpha": "Mem-α", "memagent": "MemAgent", "mem1": "MEM1-style"}
-"""Each writer's name in the tables (memalpha_grpo.WRITERS)."""
-TRAINED = {writer: RUNS / ("memalpha_grpo" + ("" if writer == "mem-alpha" else f"_{writer}")) / "model"
-           for writer in WRITERS}
+TRAINED = {writer: RUNS / run_name(writer) / "model" for writer in WRITERS}
 """Where tuned_examples/memalpha_grpo.py [--writer W] writes each trained policy."""
 MEMORY_MODES = {**{writer: {"memory": w.memory, "answerer": f"actor:{ANSWERER}"} for writer, w in WRITERS.items()},
                 **{name: {**options, "answerer": "policy"} for name, options in ANSWER_MEMORIES.items()
@@ -60,8 +58,8 @@ def policies(trained: dict[str, Path]) -> list[tuple[str, Path, str]]:
     """(name, checkpoint, memory mode) of each row: each trained writer given (a WRITERS name -> its RL checkpoint),
     Mem-α's warm-start, the warm-start of each flat-memory baseline not trained, then the rows without a policy's
     memory, which run the answerer's weights."""
-    rows = [(f"{LABELS[w]} RL", trained[w], w) for w in WRITERS if w in trained]
-    rows += [(f"{LABELS[w]} warm-start", WRITERS[w].warm_start, w) for w in WRITERS
+    rows = [(f"{WRITERS[w].label} RL", trained[w], w) for w in WRITERS if w in trained]
+    rows += [(f"{WRITERS[w].label} warm-start", WRITERS[w].warm_start, w) for w in WRITERS
              if w == "mem-alpha" or w not in trained]
     return rows + [("expert memory", ANSWERER_CHECKPOINT, "expert memory"),
                    ("long-context", ANSWERER_CHECKPOINT, "long-context"),

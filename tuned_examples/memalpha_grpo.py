@@ -77,6 +77,8 @@ class Writer:
     """How a policy keeps its memory on the CPU task, and the warm-start it starts from (tuned_examples/
     memalpha_sft.py builds each)."""
 
+    label: str
+    """Its name in the evaluation's tables."""
     warm_start: Path
     """The shipped SFT checkpoint RL starts from."""
     workflow: str
@@ -88,13 +90,21 @@ class Writer:
 
 
 WRITERS = {
-    "mem-alpha": Writer(WARM_START, "memalpha", CPU_WORKFLOW, "tools"),
-    "memagent": Writer(CHECKPOINTS / "memalpha_memagent_sft", "memagent", {"memory_tokens": CPU_MAX_TOKENS}, "text"),
-    "mem1": Writer(CHECKPOINTS / "memalpha_mem1_sft", "memalpha", CPU_WORKFLOW, "text"),
+    "mem-alpha": Writer("Mem-α", WARM_START, "memalpha", CPU_WORKFLOW, "tools"),
+    "memagent": Writer("MemAgent", CHECKPOINTS / "memalpha_memagent_sft", "memagent",
+                       {"memory_tokens": CPU_MAX_TOKENS}, "text"),
+    "mem1": Writer("MEM1-style", CHECKPOINTS / "memalpha_mem1_sft", "memalpha", CPU_WORKFLOW, "text"),
 }
 """The policies the evaluation compares on the same tasks and answerer: Mem-α's tool-written store, and the two
 flat-memory baselines, MemAgent (its overwrite prompt: problem, memory, section) and MEM1-style (the memalpha
 workflow's paragraph mode: the memory and the chunk, the reply is the new paragraph)."""
+
+
+
+def run_name(writer: str) -> str:
+    """The run directory under runs/ of a CPU run with --writer `writer`: memalpha_grpo[_WRITER]."""
+    return "memalpha_grpo" + ("" if writer == "mem-alpha" else f"_{writer}")
+
 
 PAPER = {"group_size": 8, "tasks_per_iteration": 32, "lr": 1e-6, "kl_coef": 1e-3, "beta": 0.05, "gamma": 0.1,
          "max_tokens": 2048, "max_model_len": 32768, "answerer_temperature": 0.7}
@@ -113,13 +123,13 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
     the chat actor ANSWERER (start_answerer) unless another is named. `writer` (a WRITERS name) says how the policy
     keeps its memory; `model` defaults to that writer's warm-start."""
     w = WRITERS[writer]
+    model = model or w.warm_start
     return (MemAlphaConfig()
-            .environment("memrl/MemoryStore-v0",
-                         env_config={**cpu_env_config(model or w.warm_start, answerer), "memory": w.memory})
+            .environment("memrl/MemoryStore-v0", env_config={**cpu_env_config(model, answerer), "memory": w.memory})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow=w.workflow,
                          workflow_config=w.workflow_config, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=str(model or w.warm_start), num_learners=2, token_budget=32768)
+            .learners(model_path=str(model), num_learners=2, token_budget=32768)
             .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
             .evaluation(evaluation_num_tasks=300)
             .debugging(seed=0, wandb_project="memrl-memalpha"))
@@ -195,8 +205,7 @@ def main() -> None:
         return start_answerer(args.answerer or ANSWERER_CHECKPOINT)
 
     answerer = url or f"actor:{ANSWERER}"
-    name = Path(__file__).stem + ("" if args.writer == "mem-alpha" else f"_{args.writer}")
-    run_example(p, args, name, lambda: config(args.model, answerer, args.writer),
+    run_example(p, args, run_name(args.writer), lambda: config(args.model, answerer, args.writer),
                 lambda: paper_config(args.model, policy_gpus, answerer, args.data),
                 cpu_iterations=CPU_ITERATIONS, metric="r_acc", serve=serve)
 
