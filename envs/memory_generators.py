@@ -135,10 +135,12 @@ def _accurate_retrieval(rng: random.Random, config: MemoryGeneratorConfig):
     for kind, person, value in facts:
         if kind == "works":  # the company's base is told right after, in the same exchange
             bases[value] = cities[len(people) + people.index(person)]
+    # The note puts a word before the name: a name that opens a text (or a JSON string) is cut into other tokens than
+    # the same name after a space, and a small model cannot copy across the two spellings.
     lines = {
         "works": ("My friend {p} just started a job at {v}, which is based in {b}.",
-                  "Noted: {p} works for {v}, a company based in {b}."),
-        "lives": ("{p} told me they moved to {v} last month.", "Noted: {p} lives in {v} now."),
+                  "Noted: your friend {p} works for {v}, a company based in {b}."),
+        "lives": ("{p} told me they moved to {v} last month.", "Noted: your friend {p} lives in {v} now."),
     }
     chunks, evidence, day = [], {}, 1
     for c in range(config.num_chunks):

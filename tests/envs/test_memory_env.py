@@ -212,7 +212,7 @@ def test_the_policy_can_answer_itself_seeing_what_an_answerer_would():
         MemoryStoreEnv.check_options({"answerer": "policy", "judge": "answerer"})
 
 
-@pytest.mark.parametrize("options", [{}, {"context_top_k": 1}, {"context_tokens": 60}])
+@pytest.mark.parametrize("options", [{}, {"context_top_k": 1}, {"context_tokens": 80}])
 def test_context_mode_answers_from_the_chunks_themselves(options):
     """The long-context and RAG baselines: no writing phase, each question sees chunks, the memory is what it saw."""
     env = MemoryStoreEnv(memory="context", num_chunks=4, num_questions=2, answerer="policy", **options)
