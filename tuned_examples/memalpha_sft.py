@@ -82,8 +82,8 @@ ROLES = {
     # Answering is the frozen answerer's job during RL: the policy's rows are its calls alone.
     "policy": Role(WARM_START, steps=WARM_START_STEPS, eval_tasks=48, answerer=None, task_options=POLICY_TASKS),
     "answerer": Role(ANSWERER_CHECKPOINT, steps=1000, eval_tasks=100, answerer="policy", task_options=ANSWERER_TASKS),
-    **{writer: Role(WRITERS[writer].warm_start, steps=WARM_START_STEPS, eval_tasks=48, answerer=None, task_options=POLICY_TASKS,
-                    writer=writer) for writer in ("memagent", "mem1")},
+    **{writer: Role(WRITERS[writer].warm_start, steps=WARM_START_STEPS, eval_tasks=48, answerer=None,
+                    task_options=POLICY_TASKS, writer=writer) for writer in ("memagent", "mem1")},
 }
 """The builds by --role: the base (calls and answers), the policy's warm-start (calls, over POLICY_TASKS), the
 answerer (answers, over ANSWERER_TASKS), and the flat-memory baselines' warm-starts (the expert's paragraph, with
