@@ -129,6 +129,10 @@ class TrainingConfig:
     """Drop groups whose rewards are all equal (DAPO dynamic sampling) and sample more to refill the batch."""
     dynamic_sampling_max_rounds: int = 3
     """With dynamic sampling: most sampling rounds per iteration spent refilling dropped groups."""
+    dynamic_sampling_metric: str | None = None
+    """With dynamic sampling: the trajectory metric whose spread keeps a group (an env figure such as Mem-α's
+    "r_acc"; DAPO keeps groups whose accuracy differs, where small shaping terms would make every reward differ);
+    None compares the rewards."""
     overlong_buffer_tokens: int = 0
     """DAPO overlong shaping: responses within this many tokens of max_tokens are penalised linearly (0 = off)."""
     overlong_penalty: float = 1.0
@@ -376,6 +380,9 @@ class AlgorithmConfig(_Config):
                              f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
         if not train.lr > 0:
             raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
+        if train.dynamic_sampling_metric is not None and not train.dynamic_sampling:
+            raise ValueError(f"training.dynamic_sampling_metric={train.dynamic_sampling_metric!r} needs "
+                             "training.dynamic_sampling=True (it says what dynamic sampling compares)")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
         self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
         LossConfig(**dataclasses.asdict(train.loss))

@@ -54,6 +54,8 @@ def test_unknown_field_is_named():
         (lambda c: c.training(num_minibatches=0), "training.num_minibatches=0 is not allowed"),
         (lambda c: c.env_runners(num_env_runners=1.5), "env_runners.num_env_runners=1.5 is not allowed"),
         (lambda c: c.training(lr=0.0), "training.lr=0.0 is not allowed"),
+        (lambda c: c.training(dynamic_sampling=False, dynamic_sampling_metric="r_acc"),
+         "training.dynamic_sampling_metric='r_acc' needs training.dynamic_sampling=True"),
         (lambda c: c.evaluation(evaluation_num_tasks=0), "evaluation.evaluation_num_tasks=0 is not allowed"),
         (lambda c: c.evaluation(evaluation_num_envs_per_env_runner=0),
          "evaluation.evaluation_num_envs_per_env_runner=0 is not allowed"),

@@ -200,7 +200,7 @@ class Algorithm(Recovery, tune.Trainable):
             for k, v in round_stats.items():
                 stats[k] = stats.get(k, 0.0) + v
             if train.dynamic_sampling:
-                keep = dynamic_sampling_mask([t.reward for t in batch], [t.group_id for t in batch])
+                keep = dynamic_sampling_mask([self._sampling_value(t) for t in batch], [t.group_id for t in batch])
                 self.counters["groups_dropped"] += len({t.group_id for t, k in zip(batch, keep) if not k})
                 kept += [t for t, k in zip(batch, keep) if k]
             else:
@@ -211,6 +211,16 @@ class Algorithm(Recovery, tune.Trainable):
         kept = [t for t in kept if t.group_id in set(groups)]
         self.counters["trajectories_sampled"] += len(trajectories)
         return trajectories, kept, stats
+
+    def _sampling_value(self, trajectory: Trajectory) -> float:
+        """What dynamic sampling compares within a group: the reward, or training.dynamic_sampling_metric."""
+        metric = self.cfg.training_cfg.dynamic_sampling_metric
+        if metric is None:
+            return trajectory.reward
+        if metric not in trajectory.metrics:
+            raise ValueError(f"training.dynamic_sampling_metric={metric!r} is not a figure of this env's trajectories; "
+                             f"they have {sorted(trajectory.metrics)} (or None to compare rewards)")
+        return float(trajectory.metrics[metric])
 
     def _training_tasks(self, iteration: int, round_: int = 0) -> list[Task]:
         """A round's tasks: a fixed function of (seed, iteration, round); even env seeds (odd ones are held out)."""

@@ -66,3 +66,19 @@ def test_a_memalpha_iteration_trains_every_chunk_row_with_its_own_reward(ray_ses
     assert "row_reward_mean" in result["learners"] and np.isfinite(result["learners"]["loss"])
     runners = result["env_runners"]
     assert 0 <= runners["r_acc_mean"] <= 1 and 0 <= runners["tool_success_mean"] <= 1 and runners["num_failed"] == 0
+
+
+def test_dynamic_sampling_compares_the_named_metric_and_names_what_the_env_has():
+    from types import SimpleNamespace
+
+    from memrl.algorithms.algorithm import Algorithm
+
+    trajectory = _trajectory("a", [1.25])
+    trajectory.metrics = {"r_acc": 0.5, "r_compress": 0.4}
+    by_reward = SimpleNamespace(cfg=MemAlphaConfig().training(dynamic_sampling=True))
+    by_acc = SimpleNamespace(cfg=MemAlphaConfig().training(dynamic_sampling=True, dynamic_sampling_metric="r_acc"))
+    assert Algorithm._sampling_value(by_reward, trajectory) == 1.25
+    assert Algorithm._sampling_value(by_acc, trajectory) == 0.5
+    missing = SimpleNamespace(cfg=MemAlphaConfig().training(dynamic_sampling_metric="em"))
+    with pytest.raises(ValueError, match=r"'em'.*\['r_acc', 'r_compress'\]"):
+        Algorithm._sampling_value(missing, trajectory)
