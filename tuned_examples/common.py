@@ -102,13 +102,15 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
     before_trajectories = heldout(algo, "evaluation before", bars)
     eval_s = time.perf_counter() - t_eval
     key = metric or "reward"
-    curve, score_curve, timers = [], [], []
+    curve, score_curve, timers, learners, counters = [], [], [], [], {}
     bar = tqdm(range(iterations), desc="training", unit="iter", disable=not bars)
     for _ in bar:
         result = algo.train()
         curve.append(result["env_runners"]["reward_mean"])
         score_curve.append(result["env_runners"].get(f"{key}_mean", float("nan")))
         timers.append(result["timers"])
+        learners.append(result["learners"])
+        counters = result["counters"]
         bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
                         it_s=f"{result['timers']['iteration_s']:.1f}")
     after_trajectories = heldout(algo, "evaluation after", bars)
@@ -121,7 +123,7 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
     algo.save_model(out / "model")
     algo.stop()
     summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after, "score": key,
-               "score_per_iteration": score_curve,
+               "score_per_iteration": score_curve, "learners_per_iteration": learners, "counters": counters,
                "change": {"mean": change, "ci_low": low, "ci_high": high},
                "wall_s": time.perf_counter() - start, "eval_s": eval_s,
                "mean_timers_s": {k: sum(t[k] for t in timers) / len(timers) for k in timers[0]} if timers else {}}
