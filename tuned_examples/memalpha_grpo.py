@@ -121,7 +121,12 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
            writer: str = "mem-alpha") -> MemAlphaConfig:
     """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine, two ZeRO-3 learners; the answerer is
     the chat actor ANSWERER (start_answerer) unless another is named. `writer` (a WRITERS name) says how the policy
-    keeps its memory; `model` defaults to that writer's warm-start."""
+    keeps its memory; `model` defaults to that writer's warm-start.
+
+    A group whose rollouts all score the same r_acc is left out of the update (dynamic sampling on r_acc, one round,
+    as DAPO keeps groups whose accuracy differs): its std-normalised advantages would rank the rollouts by the small
+    r_compress / r_tool / r_content differences scaled up to unit size, and on 8 tasks per iteration that steady push
+    shrinks the memory until it loses facts (README, Mem-α results)."""
     w = WRITERS[writer]
     model = model or w.warm_start
     return (MemAlphaConfig()
@@ -130,7 +135,8 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
                          workflow_config=w.workflow_config, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=str(model), num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
+            .training(lr=1e-4, tasks_per_iteration=8, group_size=8, dynamic_sampling=True,
+                      dynamic_sampling_metric="r_acc", dynamic_sampling_max_rounds=1)
             .evaluation(evaluation_num_tasks=300)
             .debugging(seed=0, wandb_project="memrl-memalpha"))
 

@@ -61,6 +61,10 @@ def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path):
     finally:
         ray_session.kill(answerer)
     assert summary["score"] == "r_acc" and len(summary["score_per_iteration"]) == 2
+    # Every sampled trajectory is counted: trained, or in a group whose rollouts all scored the same r_acc.
+    counters = summary["counters"]
+    assert counters["trajectories_sampled"] == 2 * 2 * 4 and len(summary["learners_per_iteration"]) == 2
+    assert counters["trajectories_trained"] == counters["trajectories_sampled"] - 4 * counters["groups_dropped"]
     before = summary["eval_before"]
     # The shipped warm-start writes memory the frozen answerer answers some questions from, in calls that run.
     assert before["r_acc_mean"] > 0.05 and before["tool_success_mean"] > 0.9
