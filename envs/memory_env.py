@@ -33,6 +33,7 @@ rows). With dump_dir set, each finished episode's store, answers and rewards are
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -122,6 +123,11 @@ class MemoryStoreConfig:
     expert_writes: bool = False
     """The scripted expert writes every chunk before the episode starts, which begins at the questions (synthetic
     data, memory 'tools' or 'text', answerer 'policy' or None): answers over a memory written as it should be."""
+    expert_recall: float = 1.0
+    """Share of a synthetic task's facts the scripted expert (expert_action, expert_writes) keeps in full; below 1 it
+    files small talk instead of some facts and only the place of some story events (envs.memory_generators.
+    expert_calls), the same choices for the same task and chunk. An imperfect teacher leaves its SFT student a
+    choice RL can improve: what to keep."""
     max_chunks: int | None = None
     """Stream at most this many chunks of a task (None: all)."""
     max_action_chars: int = 40_000
@@ -165,6 +171,9 @@ class MemoryStoreConfig:
             raise ValueError(f"MemoryStoreConfig: expert_writes needs data='synthetic' (the expert is scripted for "
                              f"the generators), memory 'tools' or 'text' and answerer 'policy' or None, got "
                              f"data={self.data!r}, memory={self.memory!r}, answerer={self.answerer!r}")
+        if isinstance(self.expert_recall, bool) or not isinstance(self.expert_recall, (int, float)) or not (
+                0 <= self.expert_recall <= 1):
+            raise ValueError(f"MemoryStoreConfig.expert_recall must be a number in [0, 1], got {self.expert_recall!r}")
         for name in ("answer_top_k", "max_chunks", "context_tokens", "context_top_k"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -379,7 +388,9 @@ class MemoryStoreEnv(gym.Env):
             return expert_answer(self.task.questions[len(self._answers)].answers[0], self.task.data_source)
         if self.config.data != "synthetic":
             raise ValueError("MemoryStoreEnv.expert_action is scripted for the synthetic tasks only (data='synthetic')")
-        calls = expert_calls(self.task.data_source, self._chunks[self._chunk], self.store.core, self._chunk)
+        rng = random.Random(f"expert-{self.task.instance_id}-{self._chunk}")
+        calls = expert_calls(self.task.data_source, self._chunks[self._chunk], self.store.core, self._chunk,
+                             recall=self.config.expert_recall, rng=rng)
         if self.config.memory == "text":
             core = [c["arguments"]["new_content"] for c in calls if c["name"] == "memory_update"]
             added = [c["arguments"]["content"] for c in calls if c["name"] == "new_memory_insert"]

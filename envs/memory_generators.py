@@ -230,6 +230,7 @@ def _long_range(rng: random.Random, config: MemoryGeneratorConfig):
 
 # -- the scripted expert -------------------------------------------------------------------------------------------
 _EXCHANGE = re.compile(r"\[Day (\d+), (\d\d:\d\d)\] User: .*\nAssistant: Noted: (.*)")
+_TALK = re.compile(r"\[Day (\d+), (\d\d:\d\d)\] User: (.*)\nAssistant: (?!Noted: )")
 _SAMPLE = re.compile(r"Sample: (.*); Label: (\d+)")
 _EVENT = re.compile(r"In (\w+), (\w+) met (\w+), who gave \2 an? (\w+)\.")
 _START = re.compile(r"This is the story of (\w+), who set out from (\w+) with an? (\w+) and met (\w+) on the first "
@@ -240,19 +241,38 @@ CORE_NOTES = {
 """The expert's core paragraph where it does not change with the chunks."""
 
 
-def expert_calls(category: str, chunk: str, core: str, index: int) -> list[dict]:
+def expert_calls(category: str, chunk: str, core: str, index: int, recall: float = 1.0,
+                 rng: random.Random | None = None) -> list[dict]:
     """The tool calls a scripted Mem-α agent makes for `chunk` (the `index`-th) of a generated task, given the core
     paragraph so far: {"name", "arguments"} dicts.
 
     accurate retrieval: each stated fact as a semantic item, and the core note on the first chunk; test-time
     learning: the first sample of each class as a semantic item, and the core rewritten as the rules seen so far
     (each label's theme words); long-range understanding: the core rewritten as the story so far, one clause per event.
+
+    recall < 1 makes an imperfect expert: each fact of a conversation is kept with probability `recall`, else the
+    chunk's small talk is filed instead as an episodic event (or nothing, in a chunk without small talk); each event
+    of a story keeps its companion and gift with probability `recall`, else only the place. `rng` draws these
+    choices (needed with recall < 1).
     """
+    if not 0 <= recall <= 1:
+        raise ValueError(f"expert_calls: recall must be in [0, 1], got {recall!r}")
+    if recall < 1 and rng is None:
+        raise ValueError("expert_calls: recall < 1 needs rng, which draws the facts the expert keeps")
+
+    def keep() -> bool:
+        return recall >= 1 or rng.random() < recall
+
     calls = []
     if category == "accurate_retrieval":
         if index == 0:
             calls.append(_update("core", CORE_NOTES[category]))
-        calls += [_insert("semantic", fact) for _, _, fact in _EXCHANGE.findall(chunk)]
+        talk = [f"Day {day}, {time}: the user said: {said}" for day, time, said in _TALK.findall(chunk)]
+        for _, _, fact in _EXCHANGE.findall(chunk):
+            if keep():
+                calls.append(_insert("semantic", fact))
+            elif talk:
+                calls.append(_insert("episodic", talk.pop(0)))
     elif category == "test_time_learning":
         rules = {label: words.split(", ") for label, words in re.findall(r"Label (\d+): ([^;.]*)", core)}
         for sample, label in _SAMPLE.findall(chunk):
@@ -267,8 +287,10 @@ def expert_calls(category: str, chunk: str, core: str, index: int) -> list[dict]
         start = _START.search(chunk)
         if start:
             hero, place, thing, met = start.groups()
-            clauses.append(f"The story of {hero}: set out from {place} with a {thing} and met {met}")
-        clauses += [f"in {place} met {met}, who gave a {thing}" for place, _, met, thing in _EVENT.findall(chunk)]
+            clauses.append(f"The story of {hero}: set out from {place}" + (f" with a {thing} and met {met}"
+                                                                            if keep() else ""))
+        clauses += [f"in {place}" + (f" met {met}, who gave a {thing}" if keep() else "")
+                    for place, _, met, thing in _EVENT.findall(chunk)]
         if clauses:
             calls.append(_update("core", "; ".join(filter(None, [core.rstrip("."), *clauses])) + "."))
     else:

@@ -11,10 +11,11 @@ memory store (core, semantic, episodic). After the last chunk a frozen answerer 
 the memory, and every chunk row is rewarded r_acc + 0.05 r_compress + r_tool + 0.1 r_content (memrl/MemoryStore-v0).
 
 On CPU the policy starts from the shipped warm-start of the embedded tiny model (tuned_examples/memalpha_sft.py,
-which learned to write the expert's calls), and the answerer is the shipped tiny checkpoint trained to answer from a
-memory (memalpha_sft.py --role answerer), frozen and served by a chat actor. Held-out r_acc (the answerer's accuracy
-from the memory the policy built) is measured on the same tasks before and after training, with 95% intervals and
-the paired change; tool-call success and memory size come with it. The policy is written to <out>/model.
+which learned to write the calls of an expert that keeps too few facts), and the answerer is the shipped tiny
+checkpoint trained to answer from a memory (memalpha_sft.py --role answerer), frozen and served by a chat actor.
+Held-out r_acc (the answerer's accuracy from the memory the policy built) is measured on the same tasks before and
+after training, with 95% intervals and the paired change; tool-call success and memory size come with it. The
+policy is written to <out>/model.
 --writer trains a flat-memory baseline instead (WRITERS: MemAgent or MEM1-style, one paragraph rewritten per
 chunk) from its own warm-start, with the same GRPO, iterations, tasks and answerer (reward r_acc + 0.05 r_compress:
 it makes no tool calls).

