@@ -13,8 +13,8 @@ the expert built, so the base learns both to write a memory and to answer from o
 
 The policy's warm-start (--role policy, where RL starts) continues the base on the expert's calls alone, twice as
 often on conversations as on the other categories (POLICY_TASKS): the base writes calls of the right form but
-seldom copies the chunk's names into them, and copying names is what the answerer needs. Its expert keeps each fact
-only half the time (WARM_START_RECALL), which leaves RL a choice to learn. The flat-memory baselines' warm-starts
+seldom copies the chunk's names into them, and copying names is what the answerer needs. Its expert keeps a fact
+only 30% of the time (WARM_START_RECALL), which leaves RL a choice to learn. The flat-memory baselines' warm-starts
 (--role memagent, --role mem1) get the same: the base continued on the same tasks, steps and expert, on the
 expert's memory written as one paragraph through their own workflow (WRITERS).
 

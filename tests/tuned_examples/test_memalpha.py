@@ -87,7 +87,7 @@ def test_warm_start_builds_short_form(ray_session, tiny_checkpoint, tmp_path, ro
     env_config = summary["config"]["environment"]["env_config"]
     assert summary["config"]["env_runners"]["workflow"] == workflow
     assert (env_config["answerer"], env_config["memory"]) == (answerer, memory)
-    # The base learns from the full expert; the warm-starts RL continues from an expert that keeps half the facts.
+    # The base learns from the full expert; the warm-starts RL continues from one that keeps a fact 30% of the time.
     assert env_config["expert_recall"] == (1.0 if role == "base" else memalpha_sft.WARM_START_RECALL)
     assert summary["config"]["training"]["task_options"] == memalpha_sft.ROLES[role].task_options
     assert [m["step"] for m in summary["curve"]] == [0, 2]
