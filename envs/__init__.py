@@ -6,6 +6,7 @@ gymnasium.register(id="memrl/Echo-v0", entry_point="envs.echo:EchoEnv")
 gymnasium.register(id="memrl/ChunkStream-v0", entry_point="envs.chunk_stream:ChunkStreamEnv")
 gymnasium.register(id="memrl/Search-v0", entry_point="envs.search:SearchEnv")
 gymnasium.register(id="memrl/MemoryStore-v0", entry_point="envs.memory_env:MemoryStoreEnv")
+gymnasium.register(id="memrl/WebShop-v0", entry_point="envs.webshop:WebShopEnv")
 
 
 def tokenizer_corpus(num_tasks: int = 2000, seed: int = 0):

@@ -101,3 +101,11 @@ def test_sft_command_writes_the_model_and_its_summary(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "final (step 2)" in proc.stdout
     assert (tmp_path / "runs" / "echo-sft" / "sft_summary.json").is_file()
+
+
+def test_webshop_block_buys_with_the_scripted_expert(tmp_path):
+    code = _block("import gymnasium, envs\n\nenv = gymnasium.make(\"memrl/WebShop-v0\"")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=README.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    asin, reward = proc.stdout.split()[-2:]
+    assert asin.startswith("B0") and float(reward) == 1.0

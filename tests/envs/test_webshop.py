@@ -1,0 +1,165 @@
+import gymnasium
+import numpy as np
+import pytest
+
+import envs  # noqa: F401  (registers memrl/WebShop-v0)
+from envs.webshop import SEP, WebShopEnv, parse_action
+
+SMALL = {"num_products": 60, "goals_per_product": 2, "test_goals": 20, "val_goals": 20}
+
+
+def _env(**kwargs) -> WebShopEnv:
+    return gymnasium.make("memrl/WebShop-v0", **{**SMALL, **kwargs}).unwrapped
+
+
+def _run_expert(env, seed):
+    env.reset(seed=seed)
+    while True:
+        obs, reward, terminated, truncated, info = env.step(env.expert_action())
+        if terminated or truncated:
+            return reward, info
+
+
+def test_the_scripted_expert_buys_what_the_goal_asks_for():
+    env = _env()
+    results = []
+    for seed in range(40):
+        results.append(_run_expert(env, seed))
+        assert results[-1][1]["bought"] == env.goal.asin
+    assert np.mean([r for r, _ in results]) == 1.0
+    assert all(info["reward_info"]["r_type"] == 1.0 and info["page"] == "done" for _, info in results)
+
+
+def test_pages_and_their_clickables():
+    env = _env(num_products=400)  # 20 products of each type: two result pages
+    obs, info = env.reset(seed=3)
+    assert obs.startswith(f"WebShop{SEP}Instruction:{SEP}{env.goal.instruction_text}{SEP}Search")
+    assert obs.endswith("\nAvailable actions: search[<keywords>]") and info["available_actions"] == [
+        "search[<keywords>]"]
+    obs, reward, terminated, truncated, info = env.step(f"search[{env.goal.query}]")
+    assert info["page"] == "results" and info["valid"] and reward == 0 and not (terminated or truncated)
+    assert f"Page 1 (Total results: {len(env.hits)})" in obs and len(env.hits) > 10
+    shown = env.clickables()[2:]
+    assert env.clickables()[:2] == ["back to search", "next >"] and len(shown) == 10
+    assert all(a == a.lower() for a in shown) and shown[0].upper() in obs
+    env.step("click[next >]")
+    assert env.page_no == 2 and env.clickables()[:2] == ["back to search", "< prev"]
+    assert ("next >" in env.clickables()) == (len(env.hits) > 20)
+    env.step("click[< prev]")
+    assert env.page_no == 1
+    env.step(f"click[{shown[0]}]")
+    product = env.product
+    assert env.page == "item" and product.asin == shown[0].upper()
+    assert env.clickables()[:2] == ["back to search", "< prev"] and env.clickables()[-4:] == [
+        "description", "features", "reviews", "buy now"]
+    obs, *_ = env.step("click[features]")
+    assert env.page == "features" and all(b in obs for b in product.bullet_points)
+    assert env.clickables() == ["back to search", "< prev"]
+    env.step("click[< prev]")
+    assert env.page == "item"
+    env.step("click[< prev]")
+    assert env.page == "results" and env.product is None
+    obs, *_ = env.step("click[back to search]")
+    assert env.page == "search" and obs.startswith("WebShop")
+
+
+def test_options_are_remembered_and_marked_in_rich_mode():
+    env = _env(observation_mode="text_rich", show_attrs=True)
+    env.reset(seed=0)
+    env.step(f"search[{env.goal.query}]")
+    env.step(f"click[{env.hits[0].asin.lower()}]")
+    group, values = next(iter(env.product.options.items()))
+    obs, _, _, _, info = env.step(f"click[{values[-1]}]")
+    assert info["options"] == {group: values[-1]}
+    assert f"[clicked button] {values[-1]} [clicked button_]" in obs and "[button] Buy Now [button_]" in obs
+    assert "attributes" in env.clickables()
+    obs, *_ = env.step("click[attributes]")
+    assert all(a in obs for a in env.product.attributes)
+
+
+def test_invalid_actions_change_nothing_and_say_why():
+    env = _env()
+    env.reset(seed=1)
+    before = env._observation()
+    cases = ["", "   ", "click[../../etc/passwd]", "click[buy now]", "open[door]", "search[]", "click[]",
+             "search", "click[search]", "✿FUNCTION✿: click", "search[x" + "y" * 10_000 + "]",
+             "<answer>search[shoes]</answer>", "CLICK[next >]"]
+    for action in cases:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs == before and reward == 0.0 and not terminated and info["valid"] is False and info["error"]
+    env.reset(seed=1)
+    env.step("search[shoes]")
+    obs, reward, terminated, truncated, info = env.step("search[socks]")
+    assert info["valid"] is False and "no search box" in info["error"]
+    obs, reward, terminated, truncated, info = env.step("click[../../etc/passwd]")
+    assert "no clickable '../../etc/passwd'" in info["error"] and "back to search" in info["error"]
+
+
+def test_unicode_and_long_searches_are_searches():
+    env = _env()
+    env.reset(seed=2)
+    obs, reward, _, _, info = env.step("search[café 漢字 ñandú]")
+    assert info["valid"] and env.page == "results" and env.hits == [] and "Total results: 0" in obs
+    assert env.clickables() == ["back to search"]
+    env.reset(seed=2)
+    obs, _, _, _, info = env.step("search[" + " ".join([env.goal.query] * 150) + "]")
+    assert info["valid"] and env.hits
+
+
+def test_episode_is_truncated_after_max_turns_without_reward():
+    env = _env(max_turns=3)
+    env.reset(seed=0)
+    outcomes = [env.step("click[nothing]") for _ in range(3)]
+    assert [o[3] for o in outcomes] == [False, False, True] and all(o[1] == 0.0 for o in outcomes)
+
+
+def test_buying_ends_the_episode_with_the_formula_reward():
+    env = _env()
+    env.reset(seed=5)
+    env.step(f"search[{env.goal.query}]")
+    wrong = next(p for p in env.hits if p.asin != env.goal.asin)
+    env.step(f"click[{wrong.asin.lower()}]")
+    obs, reward, terminated, truncated, info = env.step("click[buy now]")
+    assert terminated and not truncated and info["bought"] == wrong.asin
+    assert 0 <= reward < 1 and reward == pytest.approx(info["reward_info"]["reward"])
+    assert obs.startswith("Thank you for shopping with us!") and info["available_actions"] == []
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        env.step("click[buy now]")
+
+
+def test_splits_and_seeds_pick_goals():
+    test, train = _env(split="test"), _env(split="train")
+    assert len(test.goals) == 20 and len(train.goals) == 120 - 40
+    test.reset(seed=0)
+    first = test.goal
+    test.reset(seed=20)
+    assert test.goal is first  # modulo the split's size
+    assert test.catalog is train.catalog  # one catalog and index per process and setting
+
+
+def test_config_errors_name_the_option():
+    with pytest.raises(ValueError, match="no option"):
+        WebShopEnv(colour="red")
+    with pytest.raises(ValueError, match="split must be one of"):
+        WebShopEnv.check_options({"split": "dev"})
+    with pytest.raises(ValueError, match="page_size must be an int >= 1"):
+        WebShopEnv.check_options({"page_size": 0})
+    with pytest.raises(ValueError, match="has no goals"):
+        _env(split="train", test_goals=120, val_goals=0)
+    with pytest.raises(ValueError, match="takes no options"):
+        _env().reset(seed=0, options={"split": "test"})
+
+
+def test_parse_action():
+    assert parse_action(" click[Next >] ") == ("click", "next >")
+    assert parse_action("search[ Red Shoes ]") == ("search", "red shoes")
+    assert parse_action("click next") == (None, None) and parse_action("Search[x]") == (None, None)
+
+
+def test_the_original_files_drive_the_env(tmp_path):
+    from tests.envs.test_webshop_catalog import _write_original
+
+    env = WebShopEnv(data_dir=str(_write_original(tmp_path)), split="all", test_goals=1, val_goals=0)
+    env.reset(seed=0)
+    reward, info = _run_expert(env, 0)
+    assert info["page"] == "done" and 0 < reward <= 1
