@@ -11,9 +11,10 @@ action string, exactly as the original accepts them:
   product.
 
 An invalid action (unknown verb, empty argument, a search without a search box, a click on something the page does
-not show) changes nothing and earns 0; info["valid"] is False and info["error"] says why. The only reward is paid
-on `click[buy now]`, which ends the episode (envs.webshop_reward: the original's formula). After max_turns actions
-without buying the episode is truncated with reward 0.
+not show) changes nothing and earns 0; info["valid"] is False and info["error"] says why, and info["format_ok"] is 0
+when the text is no action at all (with malformed_reward set, that ends the episode with that reward). The only
+reward is paid on `click[buy now]`, which ends the episode (envs.webshop_reward: the original's formula). After
+max_turns actions without buying the episode is truncated with reward 0.
 
 Observations are the page's visible strings joined by " [SEP] " (observation_mode 'text'), or with buttons marked
 "[button] x [button_]" and chosen options "[clicked button] x [clicked button_]" ('text_rich'); with list_actions
@@ -78,6 +79,9 @@ class WebShopConfig:
     """Product pages offer the 'attributes' sub-page (off in the original by default)."""
     list_actions: bool = True
     """Each observation ends with a line listing the available actions."""
+    malformed_reward: float | None = None
+    """An action that is neither search[...] nor click[...] (a malformed reply) ends the episode with this reward
+    (MEM1's WebShop agent: -1); None treats it as any other invalid action (no change, 0)."""
     max_action_chars: int = 2000
     """Actions are cut to this many printable characters before they are parsed."""
     seed_offset: int = 0
@@ -143,6 +147,7 @@ class WebShopEnv(gym.Env):
         self.observation_space = text_space(1 << 20)
         self.action_space = text_space(config.max_action_chars)
         self.goal: Goal | None = None
+        self.reward_info = None
 
     @classmethod
     def check_options(cls, options: dict) -> None:
@@ -175,9 +180,12 @@ class WebShopEnv(gym.Env):
             raise RuntimeError("WebShopEnv.step called after the episode ended; call reset")
         self.turn += 1
         verb, arg = parse_action(clean(str(action), self.config.max_action_chars))
-        reward, extra = 0.0, {}
+        reward, extra = 0.0, {"format_ok": float(verb is not None)}
         error = self._check(verb, arg)
-        if error is None and verb == "search":
+        if verb is None and self.config.malformed_reward is not None:
+            self.page, self.reward_info = "done", None
+            reward = float(self.config.malformed_reward)
+        elif error is None and verb == "search":
             self._search(arg)
         elif error is None:
             reward, extra = self._click(arg)
@@ -283,6 +291,8 @@ class WebShopEnv(gym.Env):
                     or ["No reviews found"],
                     "attributes": product.attributes}[page]
             parts = [*instruction, button("Back to Search"), button("< Prev"), *body]
+        elif self.reward_info is None:
+            parts = ["The episode ended: the reply held no action."]
         else:
             parts = ["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)",
                      f"{self.reward_info.reward:.4f}"]

@@ -10,6 +10,7 @@ from memrl.workflows.search import (
     ReActWorkflow,
     TruncatedReActWorkflow,
 )
+from memrl.workflows.webshop import WebShopMEM1Workflow, WebShopReActWorkflow, WebShopTruncatedReActWorkflow
 
 WORKFLOWS: dict[str, type[Workflow]] = {
     "last_observation": LastObservationWorkflow,
@@ -21,6 +22,9 @@ WORKFLOWS: dict[str, type[Workflow]] = {
     "memalpha": MemAlphaWorkflow,
     "react": ReActWorkflow,
     "react_truncated": TruncatedReActWorkflow,
+    "webshop_mem1": WebShopMEM1Workflow,
+    "webshop_react": WebShopReActWorkflow,
+    "webshop_react_truncated": WebShopTruncatedReActWorkflow,
 }
 """Registered workflows; env runners look workflows up here by name."""
 

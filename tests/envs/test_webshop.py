@@ -163,3 +163,15 @@ def test_the_original_files_drive_the_env(tmp_path):
     env.reset(seed=0)
     reward, info = _run_expert(env, 0)
     assert info["page"] == "done" and 0 < reward <= 1
+
+
+def test_a_malformed_reply_ends_the_episode_with_the_set_reward():
+    env = _env(malformed_reward=-1.0)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("click[nothing here]")  # an action, just not on this page
+    assert (reward, terminated, info["format_ok"], info["valid"]) == (0.0, False, 1.0, False)
+    obs, reward, terminated, truncated, info = env.step("I think I should buy it")
+    assert (reward, terminated, info["format_ok"]) == (-1.0, True, 0.0) and "no action" in obs
+    env = _env()
+    env.reset(seed=0)
+    assert env.step("I think")[1:3] == (0.0, False)
