@@ -1,6 +1,7 @@
 """memrl/WebShop-v0: the WebShop text shop (Yao et al., 2022), the web-navigation env MEM1 trains and evaluates on.
 
-reset(seed=i) starts on the search page with goal i of the chosen split (modulo its size). Each step takes one
+reset(seed=i) starts on the search page with a goal of the chosen split drawn from i (uniformly, so training's even
+seeds and held-out odd ones both reach every goal), or reset(options={"goal_index": k}) with goal k exactly. Each step takes one
 action string, exactly as the original accepts them:
 
 - `search[keywords]` on a page with a search box (the search page): BM25 over the products' text (bm25s), the top
@@ -25,11 +26,12 @@ turn; after buying also reward_info (the reward's parts) and bought.
 The original text env runs a search from any page; here, as the issue's facts and MEM1's wrapper have it, search
 needs the search box. `expert_action()` is the scripted expert warm-starts imitate: search the goal's attributes and
 product type, open the goal's product (paging on when it is not shown, else the first hit), choose each option the
-goal asks for, buy.
+goal asks for (each with probability expert_recall), buy.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import ClassVar
@@ -79,13 +81,16 @@ class WebShopConfig:
     """Product pages offer the 'attributes' sub-page (off in the original by default)."""
     list_actions: bool = True
     """Each observation ends with a line listing the available actions."""
+    expert_recall: float = 1.0
+    """Share of the goal's options the scripted expert chooses before buying; below 1 it skips some, the same ones
+    for the same goal (an imperfect teacher leaves its SFT student something RL can improve)."""
     malformed_reward: float | None = None
     """An action that is neither search[...] nor click[...] (a malformed reply) ends the episode with this reward
     (MEM1's WebShop agent: -1); None treats it as any other invalid action (no change, 0)."""
     max_action_chars: int = 2000
     """Actions are cut to this many printable characters before they are parsed."""
     seed_offset: int = 0
-    """Goal index = reset seed + seed_offset."""
+    """Added to the reset seed before a goal is drawn from it."""
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -100,6 +105,9 @@ class WebShopConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"WebShopConfig.{name} must be an int >= {low}, got {value!r}")
+        if isinstance(self.expert_recall, bool) or not isinstance(self.expert_recall, (int, float)) or not (
+                0 <= self.expert_recall <= 1):
+            raise ValueError(f"WebShopConfig.expert_recall must be a number in [0, 1], got {self.expert_recall!r}")
 
 
 @lru_cache(maxsize=4)
@@ -161,9 +169,17 @@ class WebShopEnv(gym.Env):
     # -- episode ----------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        options = dict(options or {})
+        index = options.pop("goal_index", None)
         if options:
-            raise ValueError(f"WebShopEnv.reset takes no options, got {sorted(options)}")
-        self.goal = self.goals[((seed or 0) + self.config.seed_offset) % len(self.goals)]
+            raise ValueError(f"WebShopEnv.reset takes only the option goal_index, got {sorted(options)}")
+        if index is None:
+            # Seeds of either parity reach every goal (memrl trains on even seeds and holds out odd ones).
+            index = random.Random((seed or 0) + self.config.seed_offset).randrange(len(self.goals))
+        elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.goals):
+            raise ValueError(f"WebShopEnv.reset: goal_index must be an int in [0, {len(self.goals)}) for split "
+                             f"{self.config.split!r}, got {index!r}")
+        self.goal = self.goals[index]
         self.page = "search"
         self.keywords: list[str] = []
         self.hits: list[Product] = []
@@ -322,6 +338,9 @@ class WebShopEnv(gym.Env):
             return f"click[{shown[0].lower()}]" if shown else "click[back to search]"
         if page == "item":
             wanted = goal.goal_options.values() if isinstance(goal.goal_options, dict) else goal.goal_options
+            # Which options an imperfect expert skips depends on the goal alone, so every visit skips the same.
+            rng = random.Random(f"webshop-expert-{goal.instruction_text}")
+            wanted = [v for v in wanted if rng.random() < self.config.expert_recall]
             for value in wanted:
                 group = next((g for g, vs in self.product.options.items() if value in vs), None)
                 if group is not None and self.options.get(group) != value:

@@ -14,7 +14,7 @@ An env that supports warm-starts implements `expert_action() -> str` on its unwr
 becomes one training row holding the workflow's exact prompt ids. Each iteration takes `steps_per_iteration`
 optimizer steps on rows drawn at random, then evaluates on held-out expert episodes: the learners' per-token NLL,
 per-call exact match and the greedy return of whole episodes (an in-process TorchEngine holding the learners'
-weights).
+weights). Held-out episodes run on env_config updated with evaluation.evaluation_env_config (another split, say).
 """
 
 from __future__ import annotations
@@ -117,7 +117,10 @@ class SFT(Algorithm):
         rows = collect_expert_rows(num_tasks=train.num_train_tasks, seed=self.seed, **self._task)
         eval_start = self.seed + train.num_train_tasks
         self.eval_seeds = range(eval_start, eval_start + self.cfg.evaluation_cfg.evaluation_num_tasks)
-        self.eval_rows = collect_expert_rows(num_tasks=len(self.eval_seeds), seed=eval_start, **self._task)
+        # Held-out episodes take the evaluation's env overrides (say, another split of an env's tasks).
+        self._eval_task = {**self._task, "env_config": {**env.env_config,
+                                                        **self.cfg.evaluation_cfg.evaluation_env_config}}
+        self.eval_rows = collect_expert_rows(num_tasks=len(self.eval_seeds), seed=eval_start, **self._eval_task)
         # Greedy episodes may reply as long as the longest expert response; a longer reply is wrong anyway.
         self.max_tokens = max(len(r["response_ids"]) for r in rows + self.eval_rows)
         # The learner's train_step reads these; the SFT loss ignores them.
@@ -171,7 +174,7 @@ class SFT(Algorithm):
         """Held-out NLL per token (learners' forward), per-call exact match and the mean greedy return with its 95%
         interval (the engine, holding the weights of the last iteration)."""
         eos = self._task["tokenizer"].eos_token_id
-        returns = greedy_rewards(self.engine, seeds=self.eval_seeds, max_tokens=self.max_tokens, **self._task)
+        returns = greedy_rewards(self.engine, seeds=self.eval_seeds, max_tokens=self.max_tokens, **self._eval_task)
         reward, low, high = reward_interval(returns)
         return {"step": self.steps_done, "eval_nll": heldout_nll(self.learner_group, self.eval_rows),
                 "call_exact_match": call_exact_match(self.engine, self.eval_rows, eos),

@@ -39,7 +39,7 @@ MEM1_WEBSHOP_TEMPLATE = (
     "click[reviews], click[< prev], click[buy now]\n"
     "- any page: click[back to search]\n\n"
     "At each step, reason inside <think> ... </think>, then update inside <summary> ... </summary> a short summary "
-    "of your progress (what you searched, the product you opened, the options you chose): it is your only memory "
+    "of your progress (the options you have chosen on the product open): it is your only memory "
     "of earlier steps. Then give exactly one action inside <answer> ... </answer>, for example "
     "<answer>search[hand painted 20x20 pillow cover]</answer>. When you are on the product that best fits the "
     "description and have chosen its options, buy it with click[buy now].\n\n"
@@ -55,6 +55,10 @@ REACT_WEBSHOP_TEMPLATE = (
     "Product description: {instruction}"
 )
 """The ReAct baselines' prompt: the same task without the summary."""
+
+
+_NAVIGATION = ("next >", "< prev", "back to search")
+_SUB_PAGES = ("description", "features", "reviews", "attributes")
 
 
 def find_answer(text: str) -> str:
@@ -74,7 +78,7 @@ def _reasoning(action: str) -> str:
     target = action[len("click["):-1]
     if target == "buy now":
         return "This product and its options fit the description, so I buy it."
-    if target in ("next >", "< prev", "back to search"):
+    if target in _NAVIGATION:
         return "The product I want is not here; I move on."
     if re.fullmatch(r"[a-z0-9]{10}", target):
         return "This product fits the description best."
@@ -158,10 +162,20 @@ class WebShopMEM1Workflow(_WebShopWorkflow):
         return self._act(reply), {}
 
     def expert_summary(self, action: str) -> str:
-        """The expert's summary: the actions since the latest search, this one included (what the pages forget)."""
-        steps = [*self.actions, action]
-        start = max((i for i, a in enumerate(steps) if a.startswith("search[")), default=0)
-        return "; ".join(steps[start:])
+        """The expert's summary: the options chosen on the product open (what the pages do not show), this action
+        included, as "chosen: white, large" ("chosen: none" before any)."""
+        chosen: list[str] = []
+        previous = None
+        for step in [*self.actions, action]:
+            target = step[len("click["):-1] if step.startswith("click[") else None
+            back_to_product = target == "< prev" and previous in _SUB_PAGES
+            if target is None or target in _NAVIGATION and not back_to_product or re.fullmatch(r"[a-z0-9]{10}",
+                                                                                                   target):
+                chosen = []  # a search, results or another product: nothing chosen there yet
+            elif target not in _SUB_PAGES and target != "< prev" and target != "buy now":
+                chosen.append(target)
+            previous = target
+        return f"chosen: {', '.join(chosen) or 'none'}"
 
     def expert_response(self, action: str) -> str:
         return f"<think>{_reasoning(action)}</think><summary>{self.expert_summary(action)}</summary>" \

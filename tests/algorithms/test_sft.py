@@ -166,6 +166,15 @@ def test_short_warm_start_learns_echo_and_writes_a_loadable_checkpoint(ray_sessi
 
 
 @pytest.mark.slow
+def test_held_out_episodes_take_the_evaluation_env_overrides(ray_session, tiny_checkpoint, tmp_path):
+    config = (_config(tiny_checkpoint, steps=1, steps_per_iteration=1)
+              .environment("memrl/Echo-v0", env_config={"num_turns": 1})
+              .evaluation(evaluation_env_config={"num_turns": 3}))
+    summary = run(config, tmp_path / "sft")
+    assert summary["num_train_rows"] == 200 and summary["num_eval_rows"] == 32 * 3
+
+
+@pytest.mark.slow
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
     config = _config(tiny_checkpoint, steps=6, steps_per_iteration=3)
     algo = config.build()

@@ -102,7 +102,7 @@ def test_unicode_and_long_searches_are_searches():
     assert info["valid"] and env.page == "results" and env.hits == [] and "Total results: 0" in obs
     assert env.clickables() == ["back to search"]
     env.reset(seed=2)
-    obs, _, _, _, info = env.step("search[" + " ".join([env.goal.query] * 150) + "]")
+    obs, _, _, _, info = env.step("search[" + " ".join(["shampoo"] * 240) + "]")  # 1919 characters
     assert info["valid"] and env.hits
 
 
@@ -130,10 +130,21 @@ def test_buying_ends_the_episode_with_the_formula_reward():
 def test_splits_and_seeds_pick_goals():
     test, train = _env(split="test"), _env(split="train")
     assert len(test.goals) == 20 and len(train.goals) == 120 - 40
-    test.reset(seed=0)
+    test.reset(seed=7)
     first = test.goal
-    test.reset(seed=20)
-    assert test.goal is first  # modulo the split's size
+    test.reset(seed=7)
+    assert test.goal is first
+    # Even and odd seeds alike reach every goal.
+    for parity in (0, 1):
+        reached = set()
+        for seed in range(parity, 400, 2):
+            test.reset(seed=seed)
+            reached.add(test.goal.instruction_text)
+        assert len(reached) == 20
+    test.reset(options={"goal_index": 3})
+    assert test.goal is test.goals[3]
+    with pytest.raises(ValueError, match=r"goal_index must be an int in \[0, 20\)"):
+        test.reset(options={"goal_index": 20})
     assert test.catalog is train.catalog  # one catalog and index per process and setting
 
 
@@ -146,7 +157,7 @@ def test_config_errors_name_the_option():
         WebShopEnv.check_options({"page_size": 0})
     with pytest.raises(ValueError, match="has no goals"):
         _env(split="train", test_goals=120, val_goals=0)
-    with pytest.raises(ValueError, match="takes no options"):
+    with pytest.raises(ValueError, match="takes only the option goal_index"):
         _env().reset(seed=0, options={"split": "test"})
 
 
@@ -175,3 +186,27 @@ def test_a_malformed_reply_ends_the_episode_with_the_set_reward():
     env = _env()
     env.reset(seed=0)
     assert env.step("I think")[1:3] == (0.0, False)
+
+
+def test_an_imperfect_expert_skips_options_the_same_way_each_time():
+    def options_chosen(env, seed):
+        env.reset(seed=seed)
+        while True:
+            _, reward, terminated, truncated, info = env.step(env.expert_action())
+            if terminated or truncated:
+                return info["options"], reward
+
+    full, none, half = _env(), _env(expert_recall=0.0), _env(expert_recall=0.5)
+    counts = {"full": 0, "half": 0}
+    for seed in range(40):
+        chosen, reward = options_chosen(full, seed)
+        assert reward == 1.0
+        counts["full"] += len(chosen)
+        chosen, reward = options_chosen(none, seed)
+        assert chosen == {} and reward <= 1.0
+        chosen, _ = options_chosen(half, seed)
+        counts["half"] += len(chosen)
+        assert options_chosen(half, seed)[0] == chosen
+    assert 0.3 < counts["half"] / counts["full"] < 0.7
+    with pytest.raises(ValueError, match=r"expert_recall must be a number in \[0, 1\]"):
+        WebShopEnv.check_options({"expert_recall": 1.5})

@@ -63,11 +63,26 @@ def test_mem1_context_is_the_prompt_the_last_summary_and_the_page(tokenizer):
     for prompt in prompts[1:]:
         assert prompt.count("<summary>") == MEM1_WEBSHOP_TEMPLATE.count("<summary>") + 1
         assert prompt.count("<state>") == MEM1_WEBSHOP_TEMPLATE.count("<state>") + 1
-    summary = prompts[-1].rsplit("<summary>", 1)[1].split("</summary>")[0]
-    assert summary.startswith("search[") and "; click[" in summary
+    summaries = [p.rsplit("<summary>", 1)[1].split("</summary>")[0] for p in prompts[1:]]
+    assert summaries[0] == "chosen: none" and summaries[-1].startswith("chosen: ") and summaries[-1] != "chosen: none"
     # ReAct's context grows with every turn; MEM1's does not.
     _, react_lengths, _ = expert_episode(tokenizer, "webshop_react", 0, env=env)
     assert react_lengths[-1] > max(lengths) and react_lengths == sorted(react_lengths)
+
+
+def test_the_experts_summary_holds_the_options_chosen_on_the_open_product(tokenizer):
+    workflow = WebShopMEM1Workflow(tokenizer)
+    workflow.reset("page", {"goal": "i need socks"})
+    workflow.actions = ["search[socks]", "click[b0abcdefgh]", "click[black]", "click[features]"]
+    assert workflow.expert_summary("click[< prev]") == "chosen: black"  # from a sub-page: back to the product
+    workflow.actions.append("click[< prev]")
+    assert workflow.expert_summary("click[large]") == "chosen: black, large"
+    assert workflow.expert_summary("click[buy now]") == "chosen: black"
+    assert workflow.expert_summary("click[< prev]") == "chosen: none"  # from the product: back to the results
+    workflow.actions.append("click[< prev]")
+    assert workflow.expert_summary("click[b0zzzzzzzz]") == "chosen: none"
+    workflow.actions = []
+    assert workflow.expert_summary("search[socks]") == "chosen: none"
 
 
 def test_mem1_summary_is_cut_to_memory_tokens(tokenizer):
