@@ -1,8 +1,8 @@
 """memrl/WebShop-v0: the WebShop text shop (Yao et al., 2022), the web-navigation env MEM1 trains and evaluates on.
 
 reset(seed=i) starts on the search page with a goal of the chosen split drawn from i (uniformly, so training's even
-seeds and held-out odd ones both reach every goal), or reset(options={"goal_index": k}) with goal k exactly. Each step takes one
-action string, exactly as the original accepts them:
+seeds and held-out odd ones both reach every goal), or reset(options={"goal_index": k}) with goal k exactly. Each
+step takes one action string, exactly as the original accepts them:
 
 - `search[keywords]` on a page with a search box (the search page): BM25 over the products' text (bm25s), the top
   50 hits, 10 per result page;
@@ -20,8 +20,9 @@ max_turns actions without buying the episode is truncated with reward 0.
 Observations are the page's visible strings joined by " [SEP] " (observation_mode 'text'), or with buttons marked
 "[button] x [button_]" and chosen options "[clicked button] x [clicked button_]" ('text_rich'); with list_actions
 a last line lists the actions the page allows ("Available actions: search[<keywords>]" or "click[...]" each).
-info: goal (the instruction), page, valid, error, available_actions, asin (the product open), options (chosen),
-turn; after buying also reward_info (the reward's parts) and bought.
+info: goal (the instruction), page, valid, error, format_ok, available_actions, asin (the product open), options
+(chosen), turn; after buying also reward_info (the reward's parts) and bought; at the end metrics (success, bought,
+the reward's parts, format_ok as the share of actions that were actions, invalid_actions, num_searches).
 
 The original text env runs a search from any page; here, as the issue's facts and MEM1's wrapper have it, search
 needs the search box. `expert_action()` is the scripted expert warm-starts imitate: search the goal's attributes and
@@ -187,6 +188,8 @@ class WebShopEnv(gym.Env):
         self.product: Product | None = None
         self.options: dict[str, str] = {}
         self.turn = 0
+        self.reward_info = None
+        self._counts = {"format_ok": 0, "invalid": 0, "searches": 0}
         return self._observation(), self._info(valid=True)
 
     def step(self, action: str):
@@ -207,7 +210,22 @@ class WebShopEnv(gym.Env):
             reward, extra = self._click(arg)
         terminated = self.page == "done"
         truncated = not terminated and self.turn >= self.config.max_turns
+        self._counts["format_ok"] += verb is not None
+        self._counts["invalid"] += error is not None
+        self._counts["searches"] += error is None and verb == "search"
+        if terminated or truncated:
+            extra["metrics"] = self._metrics(reward)
         return self._observation(), reward, terminated, truncated, {**self._info(error is None, error), **extra}
+
+    def _metrics(self, reward: float) -> dict[str, float]:
+        """The finished episode's figures: success (reward 1), bought, the reward's parts (0 without a purchase),
+        the share of actions that were actions at all (format_ok), invalid actions and searches."""
+        info = self.reward_info
+        return {"success": float(reward >= 1.0), "bought": float(info is not None),
+                "r_type": info.r_type if info else 0.0, "r_att": info.r_att if info else 0.0,
+                "r_option": (info.r_option if info.r_option is not None else 1.0) if info else 0.0,
+                "r_price": float(info.r_price) if info else 0.0, "format_ok": self._counts["format_ok"] / self.turn,
+                "invalid_actions": float(self._counts["invalid"]), "num_searches": float(self._counts["searches"])}
 
     def _check(self, verb: str | None, arg: str | None) -> str | None:
         """Why the action is invalid on this page, or None."""

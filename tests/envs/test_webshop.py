@@ -210,3 +210,17 @@ def test_an_imperfect_expert_skips_options_the_same_way_each_time():
     assert 0.3 < counts["half"] / counts["full"] < 0.7
     with pytest.raises(ValueError, match=r"expert_recall must be a number in \[0, 1\]"):
         WebShopEnv.check_options({"expert_recall": 1.5})
+
+
+def test_the_last_step_reports_the_episodes_figures():
+    env = _env()
+    reward, info = _run_expert(env, 4)
+    metrics = info["metrics"]
+    assert metrics["success"] == 1.0 and metrics["bought"] == 1.0 and metrics["r_att"] == 1.0
+    assert metrics["num_searches"] == 1.0 and metrics["invalid_actions"] == 0.0 and metrics["format_ok"] == 1.0
+    env = _env(max_turns=2)
+    env.reset(seed=4)
+    env.step("nonsense")
+    *_, truncated, info = env.step(env.expert_action())
+    assert truncated and info["metrics"]["format_ok"] == 0.5 and info["metrics"]["bought"] == 0.0
+    assert info["metrics"]["invalid_actions"] == 1.0 and info["metrics"]["num_searches"] == 1.0

@@ -1,4 +1,6 @@
+import argparse
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -6,7 +8,7 @@ from transformers import AutoTokenizer
 from envs.webshop import WebShopEnv
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
-from tuned_examples import webshop_sft
+from tuned_examples import mem1_webshop_ppo, webshop_eval, webshop_sft
 from tuned_examples.webshop_agents import MAX_TOKENS, REACT_WINDOW, WORKFLOWS, env_config, warm_start, workflow_config
 
 
@@ -49,3 +51,43 @@ def test_warm_start_build_short_form(ray_session, tmp_path):
     assert config["environment"]["env_config"]["split"] == "train"
     assert config["environment"]["env_config"]["expert_recall"] == 0.5
     assert config["evaluation"]["evaluation_env_config"] == {"split": "val"}
+
+
+def test_paper_preset_sized_for_gpus_on_the_original_files():
+    cfg = mem1_webshop_ppo.paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=4, data_dir="/data/webshop")
+    cfg.validate()
+    assert cfg.training_cfg.lr == mem1_webshop_ppo.PAPER["lr"] == 1e-6 and cfg.training_cfg.tasks_per_iteration == 64
+    assert cfg.environment_cfg.env_config == {"split": "train", "max_turns": 10, "malformed_reward": -1.0,
+                                              "data_dir": "/data/webshop"}
+    assert cfg.evaluation_cfg.evaluation_env_config == {"split": "test"}
+    assert cfg.env_runners_cfg.workflow == "webshop_mem1" and cfg.env_runners_cfg.workflow_config == {}
+    assert cfg.learners_cfg.num_learners == 2 and cfg.env_runners_cfg.num_engines == 2
+    react = mem1_webshop_ppo.config(workflow="webshop_react")
+    assert react.env_runners_cfg.workflow == "webshop_react"
+    assert react.learners_cfg.model_path == str(warm_start("webshop_react"))
+    assert react.training_cfg == mem1_webshop_ppo.config().training_cfg  # the same budget
+
+
+def test_gpu_runs_need_a_model(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["x", "--num-gpus", "2"])
+    with pytest.raises(SystemExit):
+        mem1_webshop_ppo.main()
+    assert "--num-gpus needs --model" in capsys.readouterr().err
+
+
+def test_table_rows_and_lengths(tmp_path):
+    assert webshop_eval.by_length([(4, 300.0)] * 5 + [(5, 320.0)] * 5 + [(9, 900.0)] * 2) == {4: 300.0, 5: 320.0}
+    rows = [{"policy": "MEM1", "reward": 0.7, "reward_ci_low": 0.6, "reward_ci_high": 0.8, "success": 0.5,
+             "success_ci_low": 0.4, "success_ci_high": 0.6, "peak_tokens": 400.0, "peak_tokens_max": 450.0,
+             "dependency": 1e5, "calls": 4.5, "seconds_per_task": 0.1, "peak_by_calls": {4: 400.0, 5: 410.0}},
+            {"policy": "ReAct", "reward": 0.6, "reward_ci_low": 0.5, "reward_ci_high": 0.7, "success": 0.4,
+             "success_ci_low": 0.3, "success_ci_high": 0.5, "peak_tokens": 1600.0, "peak_tokens_max": 2400.0,
+             "dependency": 4e5, "calls": 4.6, "seconds_per_task": 0.2, "peak_by_calls": {5: 1900.0, 6: 2300.0}}]
+    table = webshop_eval.markdown(rows)
+    assert "| MEM1 | 0.700 [0.600, 0.800] | 0.500 [0.400, 0.600] | 400 (450) |" in table
+    assert "| policy | 4 calls | 5 calls | 6 calls |" in table and "| ReAct |  | 1900 | 2300 |" in table
+    webshop_eval.plot(rows, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert webshop_eval._policy("M=/x/y:webshop_mem1") == ("M", Path("/x/y"), "webshop_mem1")
+    with pytest.raises(argparse.ArgumentTypeError, match="not one of"):
+        webshop_eval._policy("M=/x/y:mem1")

@@ -1,0 +1,79 @@
+"""MEM1 on WebShop: a shopping agent whose <summary> replaces its whole history each turn, trained with PPO (a critic
+and GAE) on each trajectory stitched into one sequence, on the shop's purchase reward.
+
+CPU default:              python tuned_examples/mem1_webshop_ppo.py
+The ReAct baseline:       python tuned_examples/mem1_webshop_ppo.py --workflow webshop_react   # same budget
+GPUs, the paper's preset: python tuned_examples/mem1_webshop_ppo.py --model /ckpt/Qwen2.5-7B --num-gpus 4 \\
+                              [--data /data/webshop]
+
+The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/webshop_sft.py) on
+the CPU task of tuned_examples/webshop_agents.py (the generated catalog, three products a page, ten turns, -1 for a
+reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic
+learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
+trains the full-history ReAct baseline from its own warm-start with the same settings and budget (written to
+runs/mem1_webshop_ppo_react). --data points the GPU preset at the original WebShop files
+(envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memrl.algorithms import PPOConfig
+from tuned_examples.common import parser, run_example, size_for_gpus
+from tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
+
+CPU_ITERATIONS = 20
+"""Training iterations of the CPU default."""
+PAPER = {"tasks_per_iteration": 64, "lr": 1e-6, "critic_lr": 1e-5, "max_tokens": 1024}
+"""MEM1's published RL settings (batch 64, actor lr 1e-6, critic lr 1e-5, temperature 1), at most 10 turns."""
+
+
+WORKFLOWS = ("webshop_mem1", "webshop_react")
+"""Policies this example trains: MEM1, or the ReAct baseline (webshop_eval.py runs it truncated as well)."""
+
+
+def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> PPOConfig:
+    """The CPU default: 64 tasks per iteration (one trajectory each, MEM1's batch), one vLLM engine, 2 + 2 ZeRO-3
+    learners."""
+    model = str(model or warm_start(workflow))
+    return (PPOConfig()
+            .environment("memrl/WebShop-v0", env_config=env_config("train"))
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow=workflow,
+                         workflow_config=workflow_config(workflow), engine="vllm", max_tokens=MAX_TOKENS,
+                         max_calls_per_episode=MAX_TURNS, engine_config={"kv_cache_bytes": 256 * 1024**2})
+            .learners(model_path=model, num_learners=2, token_budget=32768)
+            .training(lr=1e-4, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=64)
+            .evaluation(**HELDOUT, evaluation_env_config={"split": "test"})
+            .debugging(seed=0, wandb_project="memrl-mem1-webshop"))
+
+
+def paper_config(model: str, num_gpus: int, data_dir: str | None, workflow: str = "webshop_mem1") -> PPOConfig:
+    """MEM1's WebShop preset on GPUs: the original page size and the workflow's full prompt, on the original files
+    when `data_dir` holds them (else the generated catalog)."""
+    env = {"split": "train", "max_turns": MAX_TURNS, "malformed_reward": -1.0,
+           **({"data_dir": data_dir} if data_dir else {})}
+    cfg = (PPOConfig()
+           .environment("memrl/WebShop-v0", env_config=env)
+           .env_runners(num_envs_per_env_runner=64, workflow=workflow, max_tokens=PAPER["max_tokens"],
+                        max_calls_per_episode=MAX_TURNS)
+           .learners(model_path=model, token_budget=65536)
+           .training(lr=PAPER["lr"], critic_lr=PAPER["critic_lr"], tasks_per_iteration=PAPER["tasks_per_iteration"])
+           .evaluation(evaluation_num_tasks=500, evaluation_env_config={"split": "test"})
+           .debugging(seed=0, wandb_project="memrl-mem1-webshop"))
+    return size_for_gpus(cfg, num_gpus)
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--data", help="GPU runs: directory with the original WebShop files, else the generated catalog")
+    p.add_argument("--workflow", choices=WORKFLOWS, default="webshop_mem1",
+                   help="the policy to train: MEM1 (default) or the full-history ReAct baseline")
+    args = p.parse_args()
+    name = Path(__file__).stem + ("" if args.workflow == "webshop_mem1" else "_react")
+    run_example(p, args, name, lambda: config(args.model, args.workflow),
+                lambda: paper_config(args.model, args.num_gpus, args.data, args.workflow), CPU_ITERATIONS)
+
+
+if __name__ == "__main__":
+    main()
