@@ -91,3 +91,16 @@ def test_table_rows_and_lengths(tmp_path):
     assert webshop_eval._policy("M=/x/y:webshop_mem1") == ("M", Path("/x/y"), "webshop_mem1")
     with pytest.raises(argparse.ArgumentTypeError, match="not one of"):
         webshop_eval._policy("M=/x/y:mem1")
+
+
+@pytest.mark.slow
+def test_table_measures_each_policy_greedily(ray_session, tiny_checkpoint, tmp_path):
+    policies = [("MEM1", tiny_checkpoint, "webshop_mem1"), ("ReAct", tiny_checkpoint, "webshop_react")]
+    result = webshop_eval.run(policies, num_tasks=3, engine="torch", out=tmp_path)
+    for row in result["rows"]:
+        # Random weights write no <answer> block: MEM1's -1 ends every task at its first call.
+        assert row["num_tasks"] == 3 and row["reward"] == -1.0 and row["success"] == 0.0 and row["calls"] == 1.0
+        assert row["format_ok"] == 0.0 and row["peak_tokens"] <= row["peak_tokens_max"] and row["dependency"] > 0
+        assert row["peak_by_calls"] == {}  # fewer than five tasks of any length
+    assert json.loads((tmp_path / "webshop_table.json").read_text()) == result
+    assert (tmp_path / "webshop_table.png").stat().st_size > 10_000
