@@ -100,6 +100,15 @@ def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_task
     return rows
 
 
+def average(cells: list[dict]) -> tuple[float, float, float]:
+    """The mean r_acc over categories and its 95% interval: the categories' tasks are drawn independently, so the
+    mean's standard error is the root of the summed squared errors (each its interval's half-width / 1.96) over
+    the number of categories."""
+    mean = float(np.mean([r["r_acc"] for r in cells]))
+    half = 1.96 * np.sqrt(sum(((r["ci_high"] - r["ci_low"]) / (2 * 1.96)) ** 2 for r in cells)) / len(cells)
+    return mean, mean - half, mean + half
+
+
 def markdown(rows: list[dict]) -> str:
     """Two tables: per category at the training length (with the mean over categories), and r_acc per length."""
     names = list(dict.fromkeys(r["policy"] for r in rows))
@@ -111,7 +120,8 @@ def markdown(rows: list[dict]) -> str:
         if len(cells) < len(CATEGORIES):
             continue
         acc = " | ".join(f"{r['r_acc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in cells)
-        lines.append(f"| {name} | {acc} | {np.mean([r['r_acc'] for r in cells]):.3f} | "
+        mean, low, high = average(cells)
+        lines.append(f"| {name} | {acc} | {mean:.3f} [{low:.3f}, {high:.3f}] | "
                      f"{np.mean([r['memory_tokens'] for r in cells]):.0f} |")
     multipliers = sorted({r["multiplier"] for r in rows if r["category"] == "mixed"})
     lines += ["", "| policy | " + " | ".join(f"{m}x" for m in multipliers) + " |",

@@ -150,3 +150,14 @@ def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_sessi
     assert table.count("\n") == 2 + 6 + 1 + 2 + 6 and "RAG-top2" in table and "MEM1-style warm-start" in table
     memalpha_eval.plot(rows, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 10_000
+
+
+def test_the_average_over_categories_has_its_interval():
+    cells = [{"r_acc": 0.2, "ci_low": 0.1, "ci_high": 0.3}, {"r_acc": 0.5, "ci_low": 0.4, "ci_high": 0.6},
+             {"r_acc": 0.2, "ci_low": 0.15, "ci_high": 0.25}]
+    mean, low, high = memalpha_eval.average(cells)
+    # Standard errors 0.1, 0.1 and 0.05 (over 1.96): the mean's is sqrt(0.01 + 0.01 + 0.0025) / 3 (over 1.96).
+    assert mean == pytest.approx(0.3) and high - mean == pytest.approx(0.15 / 3) and mean - low == pytest.approx(0.05)
+    row = {"policy": "p", "category": "x", "multiplier": 1, "memory_tokens": 1.0}
+    rows = [{**row, **cell, "category": c} for cell, c in zip(cells, memalpha_eval.CATEGORIES)]
+    assert "| 0.300 [0.250, 0.350] | 1 |" in memalpha_eval.markdown(rows)
