@@ -6,7 +6,7 @@ The ReAct baseline:       python tuned_examples/mem1_webshop_ppo.py --workflow w
 GPUs, the paper's preset: python tuned_examples/mem1_webshop_ppo.py --model /ckpt/Qwen2.5-7B --num-gpus 4 \\
                               [--data /data/webshop]
 
-The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/webshop_sft.py) on
+The CPU default starts from the warm-start of the embedded tiny model that tuned_examples/webshop_sft.py builds, on
 the CPU task of tuned_examples/webshop_agents.py (the generated catalog, three products a page, ten turns, -1 for a
 reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic
 learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
@@ -70,6 +70,9 @@ def main() -> None:
     p.add_argument("--workflow", choices=WORKFLOWS, default="webshop_mem1",
                    help="the policy to train: MEM1 (default) or the full-history ReAct baseline")
     args = p.parse_args()
+    if not args.num_gpus and not args.model and not (warm_start(args.workflow) / "config.json").is_file():
+        p.error(f"the CPU default starts from {warm_start(args.workflow)}; build it first: "
+                f"python tuned_examples/webshop_sft.py --workflow {args.workflow}")
     name = Path(__file__).stem + ("" if args.workflow == "webshop_mem1" else "_react")
     run_example(p, args, name, lambda: config(args.model, args.workflow),
                 lambda: paper_config(args.model, args.num_gpus, args.data, args.workflow), CPU_ITERATIONS)

@@ -30,7 +30,7 @@ HELDOUT_TASKS = 500
 HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_runner": HELDOUT_TASKS // 2}
 """Evaluation settings: every held-out goal in flight at once over two env runners."""
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-"""Where the shipped warm-starts live: <workflow>_sft."""
+"""Where the warm-starts live (tuned_examples/webshop_sft.py writes them): <workflow>_sft."""
 WORKFLOWS = ("webshop_mem1", "webshop_react", "webshop_react_truncated")
 
 
@@ -52,5 +52,5 @@ def workflow_config(workflow: str) -> dict:
 
 
 def warm_start(workflow: str) -> Path:
-    """The shipped warm-start of `workflow` on the CPU task (truncated ReAct starts from ReAct's)."""
+    """The warm-start of `workflow` on the CPU task (truncated ReAct starts from ReAct's)."""
     return CHECKPOINTS / f"{'webshop_react' if workflow == 'webshop_react_truncated' else workflow}_sft"

@@ -32,7 +32,7 @@ NAMES = {"webshop_mem1": "MEM1", "webshop_react": "ReAct", "webshop_react_trunca
 
 
 def default_policies() -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, workflow): each workflow's RL policy where trained, else its shipped warm-start; truncated
+    """(name, checkpoint, workflow): each workflow's RL policy where trained, else its built warm-start; truncated
     ReAct runs ReAct's checkpoint."""
     found = []
     for workflow, name in NAMES.items():

@@ -1,7 +1,7 @@
 """Build the warm-starts the WebShop examples start RL from: SFT of the embedded tiny model on the scripted expert of
 the CPU task (tuned_examples/webshop_agents.py), one checkpoint per workflow.
 
-    python tuned_examples/webshop_sft.py --workflow webshop_mem1     # what is shipped for MEM1 on WebShop
+    python tuned_examples/webshop_sft.py --workflow webshop_mem1     # MEM1's warm-start on WebShop
     python tuned_examples/webshop_sft.py --workflow webshop_react    # the ReAct baselines' warm-start
     python tuned_examples/webshop_sft.py --workflow webshop_mem1 --steps 20 --out /tmp/x   # a short try
 

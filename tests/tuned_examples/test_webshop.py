@@ -104,3 +104,11 @@ def test_table_measures_each_policy_greedily(ray_session, tiny_checkpoint, tmp_p
         assert row["peak_by_calls"] == {}  # fewer than five tasks of any length
     assert json.loads((tmp_path / "webshop_table.json").read_text()) == result
     assert (tmp_path / "webshop_table.png").stat().st_size > 10_000
+
+
+def test_the_cpu_default_names_the_warm_start_to_build(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(mem1_webshop_ppo, "warm_start", lambda workflow: tmp_path / f"{workflow}_sft")
+    monkeypatch.setattr("sys.argv", ["x", "--workflow", "webshop_react"])
+    with pytest.raises(SystemExit):
+        mem1_webshop_ppo.main()
+    assert "python tuned_examples/webshop_sft.py --workflow webshop_react" in capsys.readouterr().err
