@@ -43,6 +43,18 @@ def trained_policy(p: argparse.ArgumentParser, given: Path | None, default: Path
     return trained
 
 
+def policy_arg(text: str, workflows=None) -> tuple[str, Path, str]:
+    """An evaluation's --policy NAME=CHECKPOINT:WORKFLOW as (name, checkpoint, workflow); with `workflows`, the
+    workflow must be one of them."""
+    name, _, rest = text.partition("=")
+    path, _, workflow = rest.rpartition(":")
+    if not (name and path and workflow):
+        raise argparse.ArgumentTypeError(f"--policy takes NAME=CHECKPOINT:WORKFLOW, got {text!r}")
+    if workflows is not None and workflow not in workflows:
+        raise argparse.ArgumentTypeError(f"workflow {workflow!r} is not one of {sorted(workflows)}")
+    return name, Path(path), workflow
+
+
 def init_ray(num_gpus: int) -> None:
     """Join the Ray cluster this node belongs to (GPU runs, e.g. under `ray up cluster.yaml`), or start a local one
     (memrl.cluster.ensure_ray). Does nothing when Ray is already running in this process."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
-from tuned_examples.common import RUNS, init_ray
+from tuned_examples.common import RUNS, init_ray, policy_arg
 from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
@@ -144,15 +144,9 @@ def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks:
     return result
 
 
-def _policy(text: str) -> tuple[str, Path, str]:
-    name, rest = text.split("=", 1)
-    path, workflow = rest.rsplit(":", 1)
-    return name, Path(path), workflow
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--policy", type=_policy, action="append",
+    p.add_argument("--policy", type=policy_arg, action="append",
                    help="NAME=CHECKPOINT:WORKFLOW (repeatable; default: every trained policy and warm-start found)")
     p.add_argument("--objectives", type=int, nargs="+", default=list(OBJECTIVES))
     p.add_argument("--num-tasks", type=int, default=100, help="held-out tasks per policy and N")

@@ -22,7 +22,7 @@ import numpy as np
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
-from tuned_examples.common import RUNS, init_ray
+from tuned_examples.common import RUNS, init_ray, policy_arg
 from tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
@@ -134,11 +134,7 @@ def run(policies: list[tuple[str, Path, str]], num_tasks: int, engine: str, out:
 
 
 def _policy(text: str) -> tuple[str, Path, str]:
-    name, rest = text.split("=", 1)
-    path, workflow = rest.rsplit(":", 1)
-    if workflow not in NAMES:
-        raise argparse.ArgumentTypeError(f"workflow {workflow!r} is not one of {sorted(NAMES)}")
-    return name, Path(path), workflow
+    return policy_arg(text, NAMES)
 
 
 def main() -> None:

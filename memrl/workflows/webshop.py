@@ -25,6 +25,7 @@ import re
 from transformers import PreTrainedTokenizerBase
 
 from memrl.workflows.base import Workflow
+from memrl.workflows.search import _positive_tokens
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.S)
@@ -85,14 +86,6 @@ def _reasoning(action: str) -> str:
     return f"The description asks for {target}."
 
 
-def _check_positive(owner: str, name: str, value, optional: bool = False):
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive int{' or None' if optional else ''}; got {value!r}")
-    return value
-
-
 class _WebShopWorkflow(Workflow):
     """The goal, the latest page and reply handling shared by the WebShop workflows."""
 
@@ -136,7 +129,7 @@ class WebShopMEM1Workflow(_WebShopWorkflow):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
                  template: str | None = None):
         super().__init__(tokenizer, template)
-        self.memory_tokens = _check_positive("WebShopMEM1Workflow", "memory_tokens", memory_tokens, optional=True)
+        self.memory_tokens = _positive_tokens("WebShopMEM1Workflow", "memory_tokens", memory_tokens, optional=True)
         self.summary = ""
 
     def reset(self, observation: str, info: dict) -> None:
@@ -224,7 +217,7 @@ class WebShopTruncatedReActWorkflow(WebShopReActWorkflow):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 2048,
                  template: str | None = None):
         super().__init__(tokenizer, template)
-        self.max_context_tokens = _check_positive("WebShopTruncatedReActWorkflow", "max_context_tokens",
+        self.max_context_tokens = _positive_tokens("WebShopTruncatedReActWorkflow", "max_context_tokens",
                                                   max_context_tokens)
 
     def _window(self, start: int) -> list[int]:

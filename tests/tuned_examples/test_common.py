@@ -32,3 +32,16 @@ def test_trained_policy_is_the_given_path_or_a_written_default(tmp_path):
     assert trained_policy(p, None, written) == written
     with pytest.raises(SystemExit):  # a given path without a checkpoint is an error, not a silent skip
         trained_policy(p, tmp_path / "missing", written)
+
+
+def test_policy_arg_reads_name_checkpoint_and_workflow():
+    from pathlib import Path
+
+    from tuned_examples.common import policy_arg
+
+    assert policy_arg("RL=runs/x:y/model:mem1") == ("RL", Path("runs/x:y/model"), "mem1")
+    for bad in ("RL", "RL=runs/model", "=runs/model:mem1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME=CHECKPOINT:WORKFLOW"):
+            policy_arg(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="is not one of"):
+        policy_arg("RL=runs/model:mem1", workflows=("react",))
