@@ -26,8 +26,9 @@ the reward's parts, format_ok as the share of actions that were actions, invalid
 
 The original text env runs a search from any page; here, as the issue's facts and MEM1's wrapper have it, search
 needs the search box. `expert_action()` is the scripted expert warm-starts imitate: search the goal's attributes and
-product type, open the goal's product (paging on when it is not shown, else the first hit), choose each option the
-goal asks for (each with probability expert_recall), buy.
+product type, open the top hit, choose each option the goal asks for that the product has (each with probability
+expert_recall), buy. It knows only what the agent is shown, so a student can match it; the top hit is not always the
+product the goal was written from, which leaves reward above the expert's for RL to find.
 """
 
 from __future__ import annotations
@@ -348,12 +349,9 @@ class WebShopEnv(gym.Env):
         if page == "search":
             return f"search[{' '.join([*goal.attributes, goal.query])}]"
         if page == "results":
-            shown = [p.asin for p in self._shown()]
-            if goal.asin in shown:
-                return f"click[{goal.asin.lower()}]"
-            if goal.asin in {p.asin for p in self.hits} and "next >" in self.clickables():
-                return "click[next >]"
-            return f"click[{shown[0].lower()}]" if shown else "click[back to search]"
+            # The top hit: the expert sees what the agent sees, never which product the goal was written from.
+            shown = self._shown()
+            return f"click[{shown[0].asin.lower()}]" if shown else "click[back to search]"
         if page == "item":
             wanted = goal.goal_options.values() if isinstance(goal.goal_options, dict) else goal.goal_options
             # Which options an imperfect expert skips depends on the goal alone, so every visit skips the same.
