@@ -7,6 +7,7 @@ gymnasium.register(id="memrl/ChunkStream-v0", entry_point="envs.chunk_stream:Chu
 gymnasium.register(id="memrl/Search-v0", entry_point="envs.search:SearchEnv")
 gymnasium.register(id="memrl/MemoryStore-v0", entry_point="envs.memory_env:MemoryStoreEnv")
 gymnasium.register(id="memrl/WebShop-v0", entry_point="envs.webshop:WebShopEnv")
+gymnasium.register(id="memrl/Copy-v0", entry_point="envs.copying:CopyEnv")
 
 
 def tokenizer_corpus(num_tasks: int = 2000, seed: int = 0):
