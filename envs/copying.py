@@ -12,7 +12,6 @@ similarity ratio (reward="similarity", difflib).
 from __future__ import annotations
 
 import difflib
-import re
 import string
 
 import gymnasium as gym
@@ -67,19 +66,16 @@ class CopyEnv(gym.Env):
         low, high = self._lengths(options or {})
         while True:
             length = int(rng.integers(low, high + 1))
-            pieces: list[str] = []
-            text = ""
-            while len(text) < length:
-                pieces.append(f" {WORDS[rng.integers(len(WORDS))]} " if rng.random() < self.word_share
-                              else ALPHABET[rng.integers(len(ALPHABET))])
-                text = re.sub(" +", " ", "".join(pieces)).strip()
-            text = text[:length - 1] + ALPHABET[rng.integers(len(ALPHABET))]  # no trailing space
+            text = ""  # words stand between single spaces; no space leads
+            while len(text.rstrip()) < length:
+                if rng.random() < self.word_share:
+                    text += f"{'' if not text or text.endswith(' ') else ' '}{WORDS[rng.integers(len(WORDS))]} "
+                else:
+                    text += ALPHABET[rng.integers(len(ALPHABET))]
+            text = text[:length - 1] + ALPHABET[rng.integers(len(ALPHABET))]  # exactly `length`, no trailing space
             # A few tries at a span whose cue occurs once; a text with none (rare: short and repetitive) is redrawn.
             for _ in range(8):
-                start = int(rng.integers(self.cue_chars, len(text) - self.answer_chars + 1)) \
-                    if len(text) >= self.cue_chars + self.answer_chars else -1
-                if start < 0:
-                    break
+                start = int(rng.integers(self.cue_chars, length - self.answer_chars + 1))
                 cue, answer = text[start - self.cue_chars:start], text[start:start + self.answer_chars]
                 if text.count(cue) == 1 and answer == answer.strip():  # replies are stripped
                     self.text, self.cue, self.answer = text, cue, answer
@@ -93,6 +89,7 @@ class CopyEnv(gym.Env):
         if unknown:
             raise ValueError(f"CopyEnv.reset options {unknown} are not allowed; allowed: min_chars, max_chars")
         low, high = options.get("min_chars", self.min_chars), options.get("max_chars", self.max_chars)
+        # The constructor's checks name a bad range.
         type(self)(min_chars=low, max_chars=high, answer_chars=self.answer_chars, cue_chars=self.cue_chars)
         return low, high
 
