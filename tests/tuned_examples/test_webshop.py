@@ -1,4 +1,5 @@
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from envs.webshop import WebShopEnv
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from tuned_examples import mem1_webshop_ppo, webshop_eval, webshop_sft
+from tuned_examples.common import train
 from tuned_examples.webshop_agents import MAX_TOKENS, REACT_WINDOW, WORKFLOWS, env_config, warm_start, workflow_config
 
 
@@ -88,7 +90,10 @@ def test_paper_preset_sized_for_gpus_on_the_original_files():
     react = mem1_webshop_ppo.config(workflow="webshop_react")
     assert react.env_runners_cfg.workflow == "webshop_react"
     assert react.learners_cfg.model_path == str(warm_start("webshop_react"))
-    assert react.training_cfg == mem1_webshop_ppo.config().training_cfg  # the same budget
+    mem1 = mem1_webshop_ppo.config().training_cfg
+    # The same budget and settings; only how rows are built differs (ReAct's calls share their history).
+    assert react.training_cfg.stitch_trajectories and not mem1.stitch_trajectories
+    assert dataclasses.replace(react.training_cfg, stitch_trajectories=False) == mem1
 
 
 def test_gpu_runs_need_a_model(monkeypatch, capsys):
@@ -135,3 +140,17 @@ def test_the_cpu_default_names_the_warm_start_to_build(monkeypatch, capsys, tmp_
     with pytest.raises(SystemExit):
         mem1_webshop_ppo.main()
     assert "python tuned_examples/webshop_sft.py --workflow webshop_react" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_short_run_of_the_cpu_default(ray_session, tmp_path):
+    cfg = (mem1_webshop_ppo.config()
+           .env_runners(num_envs_per_env_runner=4)
+           .training(tasks_per_iteration=4)
+           .evaluation(evaluation_num_tasks=16, evaluation_num_envs_per_env_runner=8))
+    summary = train(cfg, iterations=2, out=tmp_path)
+    assert len(summary["reward_per_iteration"]) == 2
+    # The shipped warm-start already shops before any RL: it writes its actions and earns reward on held-out goals.
+    assert summary["eval_before"]["format_ok_mean"] > 0.5 and summary["eval_before"]["reward_mean"] > 0.1
+    assert summary["eval_after"]["num_tasks"] == 16
+    assert (tmp_path / "model" / "config.json").is_file()
