@@ -35,7 +35,8 @@ WORKFLOWS = ("webshop_mem1", "webshop_react")
 
 def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> PPOConfig:
     """The CPU default: 32 tasks per iteration (one trajectory each; half MEM1's batch, which fits twice the updates
-    in the 20 minutes), one vLLM engine, 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no
+    in the 20 minutes), sampled at temperature 0.7 (at 1 the tiny model's rollouts stray far from its greedy ones), one
+    vLLM engine, 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no
     prefix beyond the short task prompt, so stitching them saves nothing and its tree attention mask made the
     learner step three times slower here; ReAct's calls share their whole history, which stitching trains once."""
     model = str(model or warm_start(workflow))
