@@ -126,7 +126,8 @@ async def run_episode(
         # MEM1's dependency: each generated token depends on the prompt and the tokens generated before it.
         dependency=float(sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
                              for c in conversations)),
-        truncated=float(not (terminated or truncated)),
+        # Ended without the env finishing the task: its time limit, the call cap or the context.
+        truncated=float(not terminated),
         context_overflow=float(overflow),
     )
     return Trajectory(conversations, reward=total_reward, group_id=task.group_id, traj_id=task.traj_id,

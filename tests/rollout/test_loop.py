@@ -49,6 +49,9 @@ def test_max_calls_truncates_and_the_context_limit_ends_or_names_the_episode(tok
     task = Task(seed=1, group_id="g", traj_id="t")
     traj = asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), task, respond, max_calls=2))
     assert len(traj.conversations) == 2 and traj.metrics["truncated"] == 1
+    limited = gym.wrappers.TimeLimit(gym.make("memrl/Echo-v0", num_turns=5), max_episode_steps=2)
+    traj = asyncio.run(run_episode(limited, LastObservationWorkflow(tokenizer), task, respond, max_calls=10))
+    assert len(traj.conversations) == 2 and traj.metrics["truncated"] == 1, "the env's time limit is a truncation"
     with pytest.raises(ValueError, match="the first prompt has .* tokens, and the engine's model holds 3"):
         asyncio.run(run_episode(env, LastObservationWorkflow(tokenizer), task, respond, max_calls=2, max_model_len=3))
 
