@@ -144,6 +144,11 @@ class TrainingConfig:
     use_rollout_logprobs: bool = True
     """Use the engine's logprobs as the PPO old logprobs (one update per batch makes them equal up to numerics);
     False recomputes them on the learner."""
+    tempered_logprobs: bool = False
+    """Score every token under the distribution it was sampled from, logits / env_runners.temperature, so that training
+    at a temperature other than 1 is exactly on-policy (the tempered policy is trained; greedy decoding is unchanged
+    by it). False scores the model's own distribution. Needs use_rollout_logprobs False (the engines return the
+    model's own logprobs) and a temperature > 0."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy loss: clipping, KL, aggregation, entropy."""
 
@@ -239,7 +244,8 @@ LEARNER_SETTINGS = {
     "seed": "debugging.seed",
 }
 """Where each LearnerConfig setting is set in an AlgorithmConfig (section.field): the one mapping from the builder to
-the learners. compute_ref and head are the algorithm's to choose."""
+the learners. compute_ref and head are the algorithm's to choose; logit_temperature follows
+training.tempered_logprobs."""
 
 SECTIONS = {
     "environment": EnvConfig,
@@ -383,6 +389,10 @@ class AlgorithmConfig(_Config):
         if train.dynamic_sampling_metric is not None and not train.dynamic_sampling:
             raise ValueError(f"training.dynamic_sampling_metric={train.dynamic_sampling_metric!r} needs "
                              "training.dynamic_sampling=True (it says what dynamic sampling compares)")
+        if train.tempered_logprobs and (train.use_rollout_logprobs or not run.temperature > 0):
+            raise ValueError(f"training.tempered_logprobs needs training.use_rollout_logprobs=False (engines return "
+                             f"the model's own logprobs) and env_runners.temperature > 0; got use_rollout_logprobs="
+                             f"{train.use_rollout_logprobs}, temperature={run.temperature}")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
         self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
         LossConfig(**dataclasses.asdict(train.loss))
@@ -393,6 +403,8 @@ class AlgorithmConfig(_Config):
         """
         values = {name: getattr(getattr(self, f"{path.split('.')[0]}_cfg"), path.split(".")[1])
                   for name, path in LEARNER_SETTINGS.items()}
+        train = self.training_cfg
+        values["logit_temperature"] = self.env_runners_cfg.temperature if train.tempered_logprobs else 1.0
         values.update(overrides)
         if isinstance(values["betas"], list):  # the config keeps a list (its JSON form); LearnerConfig a pair
             values["betas"] = tuple(values["betas"])

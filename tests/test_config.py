@@ -65,6 +65,9 @@ def test_unknown_field_is_named():
          "fault_tolerance.checkpoint_frequency=5 needs fault_tolerance.checkpoint_dir"),
         (lambda c: c.fault_tolerance(checkpoint_frequency=-1), "fault_tolerance.checkpoint_frequency=-1 is not"),
         (lambda c: c.fault_tolerance(keep_checkpoints=0), "fault_tolerance.keep_checkpoints=0 is not allowed"),
+        (lambda c: c.training(tempered_logprobs=True), "tempered_logprobs needs training.use_rollout_logprobs=False"),
+        (lambda c: c.env_runners(temperature=0.0).training(tempered_logprobs=True, use_rollout_logprobs=False),
+         "tempered_logprobs needs .* env_runners.temperature > 0"),
     ],
 )
 def test_validation_names_field_and_allowed_values(tmp_path, change, message):
@@ -86,7 +89,7 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     from memrl.config import LEARNER_SETTINGS
     from memrl.learner.learner_config import LearnerConfig
 
-    chosen = {f.name for f in dataclasses.fields(LearnerConfig)} - {"compute_ref", "head"}
+    chosen = {f.name for f in dataclasses.fields(LearnerConfig)} - {"compute_ref", "head", "logit_temperature"}
     assert set(LEARNER_SETTINGS) == chosen
     config = (_valid(DAPOConfig(), tmp_path)
               .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7)
@@ -97,6 +100,11 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     assert learner.param_persistence_threshold == 7 and learner.compute_ref and learner.model_path == str(tmp_path)
     # A config restored from JSON (lists for tuples) maps the same.
     assert DAPOConfig.from_dict(config.to_dict()).learner_config(compute_ref=True) == learner
+    # The learners score the sampling temperature's distribution only when asked to.
+    config.env_runners(temperature=0.7)
+    assert config.learner_config().logit_temperature == 1.0
+    config.training(tempered_logprobs=True, use_rollout_logprobs=False)
+    assert config.learner_config().logit_temperature == 0.7
 
 
 @pytest.mark.parametrize("change, message", [

@@ -124,13 +124,15 @@ class Learner:
         return int(t.item())
 
     def _forward(self, engine, mb: MicroBatch) -> torch.Tensor:
-        """[B, S, V] logits (V = 1 for a critic)."""
-        return engine(
+        """[B, S, V] logits, divided by logit_temperature (V = 1 for a critic: its values as they are)."""
+        logits = engine(
             input_ids=mb.input_ids,
             attention_mask=mb.attention_mask,
             position_ids=mb.position_ids,
             use_cache=False,
         ).logits
+        temperature = self.config.logit_temperature
+        return logits / temperature if self.config.head == "lm" and temperature != 1.0 else logits
 
     def _dummy_batch(self) -> MicroBatch:
         # ZeRO-3 gathers parameters collectively in every forward and reduces gradients in every backward,

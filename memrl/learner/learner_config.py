@@ -47,6 +47,9 @@ class LearnerConfig:
     """transformers attention backend: "sdpa" or "eager" (or "flash_attention_2" where installed)."""
     dist_timeout_s: float = 1800.0
     """Timeout of the learners' collectives; a rank that never arrives fails the step instead of hanging."""
+    logit_temperature: float = 1.0
+    """The policy's logits are divided by this before logprobs and entropy: the distribution the engines sample from
+    at that temperature, so tokens sampled at T != 1 are scored exactly on-policy. 1 scores the model's own."""
     head: str = "lm"
     """"lm": the policy, trained with the policy-gradient (or SFT) loss; "value": a PPO critic, the checkpoint's
     backbone with a fresh scalar head (AutoModelForTokenClassification, one label), trained on value targets."""
@@ -74,6 +77,8 @@ class LearnerConfig:
             raise ValueError(f"LearnerConfig.token_budget must be >= 1, got {self.token_budget}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"LearnerConfig.dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
+        if not self.logit_temperature > 0:
+            raise ValueError(f"LearnerConfig.logit_temperature must be > 0, got {self.logit_temperature}")
         if self.head not in HEADS:
             raise ValueError(f"LearnerConfig.head must be one of {HEADS}, got {self.head!r}")
         if self.head == "value" and self.compute_ref:

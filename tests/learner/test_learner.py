@@ -61,11 +61,12 @@ def _rows(seed: int, shapes: list[tuple[int, int]]) -> list[dict[str, np.ndarray
     return rows
 
 
-def _hf_logprobs(model, row) -> tuple[torch.Tensor, torch.Tensor]:
-    """Response-token logprobs and entropies from one unpadded transformers forward of a single row."""
+def _hf_logprobs(model, row, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Response-token logprobs and entropies of softmax(logits / temperature), from one unpadded transformers forward
+    of a single row."""
     prompt, response = np.asarray(row["prompt_ids"]), np.asarray(row["response_ids"])
     ids = torch.tensor(np.concatenate([prompt, response]), dtype=torch.long)[None]
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
     logp = torch.log_softmax(logits, dim=-1)
     token_logp = logp.gather(-1, torch.tensor(response, dtype=torch.long)[:, None]).squeeze(-1)
     return token_logp, -(logp.exp() * logp).sum(-1)
@@ -101,6 +102,8 @@ def test_config_names_bad_values(tiny_checkpoint):
         LearnerConfig(model_path=str(tiny_checkpoint), zero_stage=0)
     with pytest.raises(ValueError, match="dtype"):
         LearnerConfig(model_path=str(tiny_checkpoint), dtype="float16")
+    with pytest.raises(ValueError, match="logit_temperature must be > 0"):
+        LearnerConfig(model_path=str(tiny_checkpoint), logit_temperature=0.0)
 
 
 def test_train_rows_are_checked_before_any_rank_runs():
@@ -233,7 +236,8 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
             row["ref_logprobs"] = ref
             with torch.no_grad():
                 # The reference model stays at the initial weights while the policy trains.
-                np.testing.assert_allclose(ref, _hf_logprobs(initial, row)[0].numpy(), atol=1e-5, rtol=0)
+                expected = _hf_logprobs(initial, row, config.logit_temperature)[0].numpy()
+                np.testing.assert_allclose(ref, expected, atol=1e-5, rtol=0)
 
         metrics = group.train_step(rows, loss_config)
         if step in (0, 1):
@@ -245,7 +249,7 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
         optimizer.zero_grad()
         total_loss = 0.0
         for row in rows:
-            lp, ent = _hf_logprobs(model, row)
+            lp, ent = _hf_logprobs(model, row, config.logit_temperature)
             loss, _ = compute_loss(
                 loss_config,
                 lp[None],
@@ -306,9 +310,10 @@ def test_checkpoint_round_trip_and_hf_export(group, tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_zero2_train_step_equals_single_process(ray_session, tiny_checkpoint):
-    # Runs after the shared group is gone (at most 2 learner actors at a time).
-    config = dataclasses.replace(_config(tiny_checkpoint), zero_stage=2)
+def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_checkpoint):
+    # Runs after the shared group is gone (at most 2 learner actors at a time). Tempered: the logprobs, entropy, KL
+    # and gradients are those of softmax(logits / 0.7), as on one process.
+    config = dataclasses.replace(_config(tiny_checkpoint), zero_stage=2, logit_temperature=0.7)
     zero2 = LearnerGroup(config, num_learners=2)
     try:
         _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
