@@ -23,8 +23,8 @@ from memrl.algorithms import PPOConfig
 from tuned_examples.common import parser, run_example, size_for_gpus
 from tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
-CPU_ITERATIONS = 28
-"""Training iterations of the CPU default (about 34 s each)."""
+CPU_ITERATIONS = 25
+"""Training iterations of the CPU default (about 40 s each)."""
 PAPER = {"tasks_per_iteration": 64, "lr": 1e-6, "critic_lr": 1e-5, "max_tokens": 1024}
 """MEM1's published RL settings (batch 64, actor lr 1e-6, critic lr 1e-5, temperature 1), at most 10 turns."""
 
@@ -35,12 +35,14 @@ WORKFLOWS = ("webshop_mem1", "webshop_react")
 
 def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> PPOConfig:
     """The CPU default: 32 tasks per iteration (one trajectory each; half MEM1's batch, which fits twice the updates
-    in the 20 minutes), sampled at temperature 0.7 (at 1 the tiny model's rollouts stray far from its greedy ones), four
-    optimizer steps of 8 tasks per iteration (MEM1 takes one of 64; four cost a learner step of 26 s against 24 s for
-    one and move the policy four times as often), one vLLM engine, 2 + 2 ZeRO-3 learners. MEM1 trains one row per
-    call: its calls share no prefix beyond the short task prompt, so stitching them saves nothing and its tree
-    attention mask made the learner step three times slower here; ReAct's calls share their whole history, which
-    stitching trains once."""
+    in the 20 minutes), sampled at temperature 0.7 (at 1 the tiny model's rollouts stray far from its greedy ones) and
+    trained exactly on-policy at that temperature (tempered_logprobs: the learner scores logits / 0.7; trained on the
+    model's own distribution instead, its entropy grew every iteration and the greedy policy drifted: +0.015
+    [-0.023, +0.052] held out at lr 5e-5, a collapse at 1e-4), four optimizer steps of 8 tasks per iteration (MEM1
+    takes one of 64; four move the policy four times as often for about the same learner time), one vLLM engine,
+    2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no prefix beyond the short task prompt, so
+    stitching them saves nothing and its tree attention mask made the learner step three times slower here; ReAct's
+    calls share their whole history, which stitching trains once."""
     model = str(model or warm_start(workflow))
     return (PPOConfig()
             .environment("memrl/WebShop-v0", env_config=env_config("train"))
@@ -50,7 +52,8 @@ def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> P
                          temperature=0.7)
             .learners(model_path=model, num_learners=2, token_budget=32768)
             .training(lr=5e-5, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=32,
-                      num_minibatches=4, stitch_trajectories=workflow != "webshop_mem1")
+                      num_minibatches=4, stitch_trajectories=workflow != "webshop_mem1", use_rollout_logprobs=False,
+                      tempered_logprobs=True)
             .evaluation(**HELDOUT, evaluation_env_config={"split": "test"})
             .debugging(seed=0, wandb_project="memrl-mem1-webshop"))
 
