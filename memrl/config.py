@@ -149,8 +149,13 @@ class TrainingConfig:
     at a temperature other than 1 is exactly on-policy (the tempered policy is trained; greedy decoding is unchanged
     by it). False scores the model's own distribution. Needs use_rollout_logprobs False (the engines return the
     model's own logprobs) and a temperature > 0."""
+    max_staleness: int = 0
+    """Asynchronous training: with k >= 1 the next iteration's batch is sampled, under the weights of the iteration
+    before, while the learner trains on the current one (exactly one batch ahead, so runs stay reproducible), and
+    trajectories with a call more than k weight versions older than the learner are not trained on (counted as
+    trajectories_stale). 0 is the synchronous loop: sample, learn, broadcast."""
     loss: LossConfig = field(default_factory=LossConfig)
-    """Policy loss: clipping, KL, aggregation, entropy."""
+    """Policy loss: clipping, KL, aggregation, entropy, off-policy correction."""
 
 
 @dataclass
@@ -393,6 +398,15 @@ class AlgorithmConfig(_Config):
             raise ValueError(f"training.tempered_logprobs needs training.use_rollout_logprobs=False (engines return "
                              f"the model's own logprobs) and env_runners.temperature > 0; got use_rollout_logprobs="
                              f"{train.use_rollout_logprobs}, temperature={run.temperature}")
+        if not isinstance(train.max_staleness, numbers.Integral) or train.max_staleness < 0:
+            raise ValueError(f"training.max_staleness={train.max_staleness!r} is not allowed; it must be an integer "
+                             ">= 0 (0: synchronous)")
+        correction = train.loss.off_policy_correction
+        if correction != "none" and (train.use_rollout_logprobs or train.tempered_logprobs):
+            raise ValueError(f"training.off_policy_correction={correction!r} weighs the learner's logprobs against the "
+                             "engine's, so it needs training.use_rollout_logprobs=False and tempered_logprobs=False "
+                             f"(the engines return untempered logprobs); got use_rollout_logprobs="
+                             f"{train.use_rollout_logprobs}, tempered_logprobs={train.tempered_logprobs}")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
         self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
         LossConfig(**dataclasses.asdict(train.loss))

@@ -68,6 +68,11 @@ def test_unknown_field_is_named():
         (lambda c: c.training(tempered_logprobs=True), "tempered_logprobs needs training.use_rollout_logprobs=False"),
         (lambda c: c.env_runners(temperature=0.0).training(tempered_logprobs=True, use_rollout_logprobs=False),
          "tempered_logprobs needs .* env_runners.temperature > 0"),
+        (lambda c: c.training(max_staleness=-1), "training.max_staleness=-1 is not allowed"),
+        (lambda c: c.training(max_staleness=1.5), "training.max_staleness=1.5 is not allowed"),
+        (lambda c: c.training(off_policy_correction="tis"), "off_policy_correction='tis' .*training.use_rollout_logprobs=False"),
+        (lambda c: c.env_runners(temperature=0.7).training(off_policy_correction="decoupled", tempered_logprobs=True,
+                                                           use_rollout_logprobs=False), "tempered_logprobs=False"),
     ],
 )
 def test_validation_names_field_and_allowed_values(tmp_path, change, message):

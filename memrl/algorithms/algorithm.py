@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import ray
 from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import checkpoints, rendezvous
+from memrl.algorithms.prefetch import Prefetch, SampledBatch
 from memrl.algorithms.recovery import Recovery, wait_ready
 from memrl.cluster import FailureBudget, get, verbose
 from memrl.config import AlgorithmConfig
@@ -30,8 +32,8 @@ from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
 from memrl.learner.learner_group import LearnerFailed, LearnerGroup
-from memrl.learner.rows import RowBatch, TrainRow, build_rows, shape_rewards
-from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
+from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figures, shape_rewards
+from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
 
@@ -60,7 +62,7 @@ class Algorithm(Recovery, tune.Trainable):
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "trajectories_failed": 0,
-                         "groups_dropped": 0,
+                         "groups_dropped": 0, "trajectories_dropped": 0, "trajectories_stale": 0,
                          "conversations_trained": 0, "engine_restarts": 0, "learner_restarts": 0}
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
@@ -70,6 +72,7 @@ class Algorithm(Recovery, tune.Trainable):
         wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
                     self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
         self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature))
+        self._prefetched: SampledBatch | None = None  # the next iteration's batch, when sampled ahead
         self._eval_group: EnvRunnerGroup | None = None
         self._eval_overrides: dict | None = None
         self._init_weight_sync()
@@ -130,44 +133,69 @@ class Algorithm(Recovery, tune.Trainable):
                                           **self.cfg.learner_group_options())
 
     def _step(self, replay: bool = False) -> dict[str, Any]:
-        """One iteration (`replay`: one run again after a learner recovery, not logged again)."""
+        """One iteration (`replay`: one run again after a learner recovery, not logged again).
+
+        Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous: the batch was sampled one
+        iteration ahead; the next one is sampled while the learner trains on it and collected before the broadcast."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
+        ahead = self.cfg.training_cfg.max_staleness > 0
         t_start = time.perf_counter()
-        trajectories, kept, runner_stats = self._sample_training_batch(iteration)
-        generate_s = max(self._engine_seconds())
+        sampled, self._prefetched = self._prefetched, None
+        if sampled is None or sampled.iteration != iteration:
+            sampled = self._sample_training_batch(iteration)
         t_sampled = time.perf_counter()
-        learner_metrics: dict[str, float] = {}
-        if kept:
-            train = self.cfg.training_cfg
-            batch = build_rows(kept, stitched=train.stitch_trajectories)
-            if not train.use_rollout_logprobs:
-                batch.set("old_logprobs", self.learner_group.compute_logprobs(batch.rows)[0])
-            if train.loss.kl_coef > 0:
-                batch.set("ref_logprobs", self.learner_group.compute_logprobs(batch.rows, reference=True)[0])
-            advantage_metrics = self.compute_advantages(kept, batch)
-            learner_metrics = {**self._train_minibatches(batch.rows, kept), **advantage_metrics}
-            self.counters["trajectories_trained"] += len(kept)
-            self.counters["conversations_trained"] += sum(len(t.conversations) for t in kept)
+        generate_s = 0.0 if ahead else max(self._engine_seconds())
+        prefetch = None
+        if ahead:
+            prefetch = Prefetch(lambda: self._sample_training_batch(iteration + 1, recover=False),
+                                f"sampling iteration {iteration + 1}'s batch")
+        try:
+            learner_metrics, off_policy = self._learn(sampled.kept)
+        except BaseException:
+            if prefetch is not None:
+                prefetch.discard(self._prefetch_timeout_s())
+            raise
         t_learned = time.perf_counter()
+        engines_failed = None
+        if prefetch is not None:
+            try:
+                self._prefetched = prefetch.result(self._prefetch_timeout_s(), "fault_tolerance.sample_timeout_s")
+            except EngineFailed as failure:
+                engines_failed = failure
+                self._replace_engines_for_sync(failure)
+            generate_s = max(self._engine_seconds())
+        t_collected = time.perf_counter()
         sync = self.sync_weights()
+        if engines_failed is not None:
+            # Sampled again under the new weights, once the replaced engines hold them.
+            self._prefetched = self._sample_training_batch(iteration + 1)
         t_end = time.perf_counter()
 
+        trajectories = sampled.trajectories
+        runner_stats = sampled.stats
         new_tokens = runner_stats.get("new_tokens", 0.0)
+        # Waiting for sampling: the whole sampling phase when synchronous, the wait for the prefetched batch when not.
+        wait_s = (t_sampled - t_start) + (t_collected - t_learned)
+        learn_s = t_learned - t_sampled
         result = {
             "env_runners": {**summarize(trajectories), "num_trajectories": len(trajectories),
                             "new_tokens": new_tokens, "calls": runner_stats.get("calls", 0.0),
                             "engine_batches": runner_stats.get("batches", 0.0)},
             "learners": learner_metrics,
-            "timers": {"sample_s": t_sampled - t_start, "generate_s": generate_s,
-                       "env_s": runner_stats.get("env_s", 0.0), "learn_s": t_learned - t_sampled,
-                       "sync_s": t_end - t_learned, "iteration_s": t_end - t_start,
-                       # Share of the iteration that is neither engine generation nor the learner step. The busiest
-                       # engine's generation lies within the sampling phase, so the share is never negative.
-                       "outside_model_fraction": 1.0 - (generate_s + t_learned - t_sampled) / (t_end - t_start)},
-            "throughput": {"rollout_new_tokens_per_s": new_tokens / max(t_sampled - t_start, 1e-9)},
+            "timers": {"sample_s": wait_s, "generate_s": generate_s,
+                       "env_s": runner_stats.get("env_s", 0.0), "learn_s": learn_s,
+                       "sync_s": t_end - t_collected, "iteration_s": t_end - t_start,
+                       # Share of the iteration in which neither an engine generates nor the learner works. The busiest
+                       # engine's generation is credited only while the driver waits for samples (it overlaps the
+                       # learner step when asynchronous), so the share is never negative.
+                       "outside_model_fraction": 1.0 - (learn_s + min(generate_s, wait_s)) / (t_end - t_start)},
+            "throughput": {"rollout_new_tokens_per_s": new_tokens / max(sampled.seconds, 1e-9)},
             "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
                 (t.weight_version for t in trajectories), default=self.weight_version - 1))},
-            "counters": {**self.counters, **self.env_runner_group.counters},
+            "off_policy": off_policy,
+            "counters": {**self.counters, "trajectories_prefetched": float(
+                len(self._prefetched.trajectories) if self._prefetched is not None else 0),
+                **self.env_runner_group.counters},
         }
         result["reward_mean"] = result["env_runners"].get("reward_mean", float("nan"))
         interval = self.cfg.evaluation_cfg.evaluation_interval
@@ -177,40 +205,82 @@ class Algorithm(Recovery, tune.Trainable):
             self._wandb.log(_flatten(result), step=iteration + 1)
         return result
 
-    def _sample_training_batch(self, iteration: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
-        """Sample the iteration's groups -> (all trajectories, those kept for training, runner stats).
+    def _learn(self, kept: list[Trajectory]) -> tuple[dict[str, float], dict[str, float]]:
+        """Train on the kept trajectories that are fresh enough -> (learner metrics, off-policy figures)."""
+        train = self.cfg.training_cfg
+        staleness = np.array([self.weight_version - c.weight_version for t in kept for c in t.conversations])
+        off_policy = {f"staleness_{v}": float(n) for v, n in zip(*np.unique(staleness, return_counts=True))}
+        stale_groups = {t.group_id for t in kept if self.weight_version - t.weight_version > train.max_staleness}
+        fresh = [t for t in kept if t.group_id not in stale_groups]
+        self.counters["trajectories_stale"] += len(kept) - len(fresh)
+        if not fresh:
+            return {}, off_policy
+        batch = build_rows(fresh, stitched=train.stitch_trajectories)
+        if not train.use_rollout_logprobs:
+            rollout = [row["old_logprobs"] for row in batch.rows]
+            if train.loss.off_policy_correction != "none":
+                batch.set("rollout_logprobs", rollout)
+            batch.set("old_logprobs", self.learner_group.compute_logprobs(batch.rows)[0])
+            off_policy.update(importance_figures(batch.rows, rollout, train.loss.importance_cap))
+        if train.loss.kl_coef > 0:
+            batch.set("ref_logprobs", self.learner_group.compute_logprobs(batch.rows, reference=True)[0])
+        advantage_metrics = self.compute_advantages(fresh, batch)
+        learner_metrics = {**self._train_minibatches(batch.rows, fresh), **advantage_metrics}
+        self.counters["trajectories_trained"] += len(fresh)
+        self.counters["conversations_trained"] += sum(len(t.conversations) for t in fresh)
+        return learner_metrics, off_policy
 
-        Failed episodes are counted and left out. With dynamic sampling, groups whose rewards are all equal are
-        dropped and further rounds of fresh groups are sampled (up to dynamic_sampling_max_rounds) until
-        tasks_per_iteration groups are kept.
-        """
+    def _prefetch_timeout_s(self) -> float:
+        """Deadline of a prefetched batch: every sampling round may take sample_timeout_s per runner restart."""
+        train, faults = self.cfg.training_cfg, self.cfg.fault_tolerance_cfg
+        rounds = train.dynamic_sampling_max_rounds if train.dynamic_sampling else 1
+        return faults.sample_timeout_s * rounds * (faults.max_actor_failures + 1)
+
+    def _sample_training_batch(self, iteration: int, recover: bool = True) -> SampledBatch:
+        """Sample the iteration's groups. Failed episodes are counted and left out. With dynamic sampling, groups whose
+        rewards are all equal are dropped and further rounds of fresh groups are sampled (up to
+        dynamic_sampling_max_rounds) until tasks_per_iteration groups are kept; groups beyond those are dropped too.
+
+        `recover` False leaves an engine failure to the caller (a prefetching thread must not rebuild the weight-sync
+        group while the learner trains). Counters are updated once the whole batch is in."""
         train = self.cfg.training_cfg
         rounds = train.dynamic_sampling_max_rounds if train.dynamic_sampling else 1
+        tables = []
         trajectories: list[Trajectory] = []
         kept: list[Trajectory] = []
         stats: dict[str, float] = {}
+        failed = groups_dropped = 0
+        start = time.perf_counter()
         for round_ in range(rounds):
-            table, round_stats = self.sample(self.env_runner_group, self._training_tasks(iteration, round_),
-                                             seed=derive_seed(self.seed, iteration, round_))
+            tasks, seed = self._training_tasks(iteration, round_), derive_seed(self.seed, iteration, round_)
+            if recover:
+                table, round_stats = self.sample(self.env_runner_group, tasks, seed=seed)
+            else:
+                table, round_stats = self.env_runner_group.sample(tasks, seed=seed)
+            tables.append(table)
             batch = from_arrow(table)
             trajectories += batch
             # An episode the env could not finish (its retriever failed) says nothing of the policy: not trained on.
-            self.counters["trajectories_failed"] += sum(1 for t in batch if t.failure)
+            failed += sum(1 for t in batch if t.failure)
             batch = [t for t in batch if not t.failure]
             for k, v in round_stats.items():
                 stats[k] = stats.get(k, 0.0) + v
             if train.dynamic_sampling:
                 keep = dynamic_sampling_mask([self._sampling_value(t) for t in batch], [t.group_id for t in batch])
-                self.counters["groups_dropped"] += len({t.group_id for t, k in zip(batch, keep) if not k})
+                groups_dropped += len({t.group_id for t, k in zip(batch, keep) if not k})
                 kept += [t for t, k in zip(batch, keep) if k]
             else:
                 kept += batch
             if len({t.group_id for t in kept}) >= train.tasks_per_iteration:
                 break
-        groups = list(dict.fromkeys(t.group_id for t in kept))[: train.tasks_per_iteration]
-        kept = [t for t in kept if t.group_id in set(groups)]
+        groups = set(list(dict.fromkeys(t.group_id for t in kept))[: train.tasks_per_iteration])
+        kept = [t for t in kept if t.group_id in groups]
         self.counters["trajectories_sampled"] += len(trajectories)
-        return trajectories, kept, stats
+        self.counters["trajectories_failed"] += failed
+        self.counters["groups_dropped"] += groups_dropped
+        self.counters["trajectories_dropped"] += len(trajectories) - failed - len(kept)
+        return SampledBatch(iteration, pa.concat_tables(tables), trajectories, kept, stats,
+                            time.perf_counter() - start)
 
     def _sampling_value(self, trajectory: Trajectory) -> float:
         """What dynamic sampling compares within a group: the reward, or training.dynamic_sampling_metric."""
@@ -328,6 +398,8 @@ class Algorithm(Recovery, tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         for name, group in self.learner_groups().items():
             group.save_checkpoint(str(Path(checkpoint_dir) / name))
+        if self._prefetched is not None:
+            self._prefetched.save(checkpoint_dir)
         state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
         (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
         checkpoints.seal(checkpoint_dir, checksums=self.cfg.fault_tolerance_cfg.checkpoint_checksums)
@@ -338,6 +410,7 @@ class Algorithm(Recovery, tune.Trainable):
         for name, group in self.learner_groups().items():
             group.load_checkpoint(str(Path(checkpoint_dir) / name))
         self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
+        self._prefetched = SampledBatch.load(checkpoint_dir)
         self.restore_state(state)
 
     def checkpoint_state(self) -> dict[str, Any]:

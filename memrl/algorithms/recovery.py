@@ -124,6 +124,15 @@ class Recovery:
         self._init_weight_sync()
         self._broadcast_weights()
 
+    def _replace_engines_for_sync(self, failure: Exception) -> None:
+        """Start new engines in place of the broken ones and rejoin the weight-sync group, for the broadcast that comes
+        next (a failed prefetched batch). Raise `failure` when every engine is fine."""
+        broken = self._broken_engines()
+        if not broken:
+            raise failure
+        self._start_engines(broken, failure)
+        self._init_weight_sync()
+
     def _start_engines(self, broken: list[int], failure: Exception) -> None:
         """Kill engines `broken` and start new ones in their places (counted against the engine failure budget); the
         runner groups sample from the new ones."""

@@ -35,7 +35,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 TRAIN_KEYS = {"lm": ("loss_mask", "old_logprobs", "advantages"), "value": ("loss_mask", "old_values", "returns")}
 """Per-response-token arrays every training row carries besides its ids, by head; a policy's "ref_logprobs" is
-optional (all rows or none)."""
+optional (all rows or none), and its "rollout_logprobs" are needed by an off-policy correction."""
 
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
@@ -194,7 +194,8 @@ class Learner:
         Returns this rank's sums (loss, loss metrics, tokens, rows, micro_batches, forward_passes) plus the
         step's grad_norm (before clipping) and lr.
         """
-        has_ref = check_train_rows(rows, self.config.head)
+        has_ref = check_train_rows(rows, self.config.head, loss_config)
+        corrected = self.config.head == "lm" and loss_config.off_policy_correction != "none"
         batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
         num_passes = self._max_over_ranks(len(batches))
         self.engine.train()
@@ -228,6 +229,8 @@ class Learner:
                                       else None),
                         entropy=entropy,
                         max_tokens=max_tokens,
+                        rollout_logprobs=(mb.response_values(mb_rows, "rollout_logprobs").to(self.device)
+                                          if corrected else None),
                     )
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
@@ -315,10 +318,13 @@ class Learner:
         self.engine.module.save_pretrained(out, state_dict=state_dict)
 
 
-def check_train_rows(rows: Sequence[Row], head: str = "lm") -> bool:
-    """Raise a ValueError on a row unfit for a `head` learner's train_step; return whether rows carry ref_logprobs."""
+def check_train_rows(rows: Sequence[Row], head: str = "lm", loss_config: LossConfig | None = None) -> bool:
+    """Raise a ValueError on a row unfit for a `head` learner's train_step under `loss_config`; return whether rows
+    carry ref_logprobs."""
     with_ref = sum("ref_logprobs" in row for row in rows) if head == "lm" else 0
     if 0 < with_ref < len(rows):
         raise ValueError(f"{with_ref} of {len(rows)} training rows carry ref_logprobs; it must be all rows or none")
-    check_rows(rows, TRAIN_KEYS[head] + (("ref_logprobs",) if with_ref else ()))
+    corrected = head == "lm" and loss_config is not None and loss_config.off_policy_correction != "none"
+    check_rows(rows, TRAIN_KEYS[head] + (("ref_logprobs",) if with_ref else ()) + (("rollout_logprobs",) if corrected
+                                                                                    else ()))
     return with_ref > 0

@@ -181,7 +181,7 @@ class LearnerGroup:
         """
         if not rows:
             raise ValueError("train_step needs at least one row")
-        check_train_rows(rows, self.config.head)
+        check_train_rows(rows, self.config.head, loss_config)
         num_tokens, num_seqs = step_counts(rows)
         if num_tokens == 0:
             raise ValueError(f"train_step got {len(rows)} rows but none has a loss token (every loss_mask is 0)")

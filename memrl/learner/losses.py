@@ -12,6 +12,9 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token values are reduced to one scalar (names follow verl / Dr.GRPO)."""
 
+OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
+"""How tokens the engines sampled under other weights than the learner's are weighted (LossConfig.off_policy_correction)."""
+
 LOSS_KINDS = ("policy", "sft")
 """What compute_loss optimises: the clipped policy gradient, or the negative log-likelihood (supervised warm-start)."""
 
@@ -43,6 +46,15 @@ class LossConfig:
     value_clip: float = 0.5
     """PPO critics: a new value may move at most this far from the value at sampling time before its loss stops
     improving (value clipping, as in verl's cliprange_value); 0 turns clipping off."""
+    off_policy_correction: str = "none"
+    """Weighting of tokens whose rollout policy (the engine's weights and numerics) differs from the learner's policy
+    before the update (pi_old, recomputed by the learner): "none"; "tis", truncated importance sampling: each token's
+    loss times min(pi_old / pi_rollout, importance_cap); "decoupled", decoupled PPO: the ratio is clipped around
+    pi_old (the proximal policy) and each token's loss is weighted by pi_old / pi_rollout, tokens whose weight exceeds
+    importance_cap left out. Both need the engine's logprobs in the rows as "rollout_logprobs"."""
+    importance_cap: float = 2.0
+    """Cap of the importance weight pi_old / pi_rollout: "tis" truncates at it, "decoupled" drops tokens above it;
+    > 1."""
     kind: str = "policy"
     """"policy" (the terms above) or "sft": the aggregated negative log-likelihood of the response tokens alone
     (advantages and old logprobs are ignored; clip settings unused; kl_coef and entropy_coef must be 0)."""
@@ -64,6 +76,11 @@ class LossConfig:
             raise ValueError(f"LossConfig.entropy_coef must be >= 0, got {self.entropy_coef}")
         if not self.value_clip >= 0:
             raise ValueError(f"LossConfig.value_clip must be >= 0 (0 = off), got {self.value_clip}")
+        if self.off_policy_correction not in OFF_POLICY_CORRECTIONS:
+            raise ValueError(f"LossConfig.off_policy_correction must be one of {OFF_POLICY_CORRECTIONS}, got "
+                             f"{self.off_policy_correction!r}")
+        if not self.importance_cap > 1:
+            raise ValueError(f"LossConfig.importance_cap must be > 1, got {self.importance_cap}")
         if self.kind not in LOSS_KINDS:
             raise ValueError(f"LossConfig.kind must be one of {LOSS_KINDS}, got {self.kind!r}")
         if self.kind == "sft" and (self.kl_coef > 0 or self.entropy_coef > 0):
@@ -124,6 +141,23 @@ def policy_loss_per_token(
         loss = torch.where(use_cap, capped, loss)
         was_clipped = was_clipped | use_cap
     return loss, was_clipped.to(logprobs.dtype)
+
+
+def importance_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, correction: str,
+                       cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(weight applied to each token's loss, raw weight pi_old / pi_rollout, 0/1 float of tokens past the cap) for
+    an off_policy_correction other than "none"; no gradient flows through them."""
+    _check_shapes(old_logprobs, rollout_logprobs=rollout_logprobs)
+    with torch.no_grad():
+        raw = torch.exp((old_logprobs - rollout_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+        over = raw > cap
+        if correction == "tis":
+            applied = raw.clamp(max=cap)
+        elif correction == "decoupled":
+            applied = torch.where(over, torch.zeros_like(raw), raw)
+        else:
+            raise ValueError(f"importance_weights: correction must be 'tis' or 'decoupled', got {correction!r}")
+    return applied, raw, over.to(old_logprobs.dtype)
 
 
 def aggregate(
@@ -199,11 +233,14 @@ def compute_loss(
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     max_tokens: int | None = None,
+    rollout_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The micro-batch loss and its metrics, both aggregated with global counts so they sum over micro-batches.
 
     loss = agg(pg) + kl_coef * agg(kl) (unless kl_in_reward) - entropy_coef * agg(entropy).
-    Metrics: pg_loss, clip_frac, ratio_mean always; kl when ref_logprobs is given; entropy when entropy is given.
+    With an off_policy_correction, pg is weighted per token by `importance_weights` (rollout_logprobs needed).
+    Metrics: pg_loss, clip_frac, ratio_mean always; kl when ref_logprobs is given; entropy when entropy is given;
+    is_weight_mean and is_capped_frac with a correction.
     With config.kind "sft": loss = agg(-logprobs), metric nll; old_logprobs and advantages are not used.
     """
     _check_shapes(logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
@@ -218,15 +255,20 @@ def compute_loss(
     pg, was_clipped = policy_loss_per_token(
         logprobs, old_logprobs, advantages, config.clip_low, config.clip_high, config.dual_clip
     )
+    metrics: dict[str, float] = {}
+    if config.off_policy_correction != "none":
+        if rollout_logprobs is None:
+            raise ValueError(f"off_policy_correction={config.off_policy_correction!r} needs rollout_logprobs, the "
+                             "engine's logprobs of the sampled tokens")
+        applied, raw, over = importance_weights(old_logprobs, rollout_logprobs, config.off_policy_correction,
+                                                config.importance_cap)
+        pg = pg * applied
+        metrics.update(is_weight_mean=agg(raw).item(), is_capped_frac=agg(over).item())
     pg_loss = agg(pg)
     loss = pg_loss
     with torch.no_grad():
         ratio = torch.exp((logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-        metrics = {
-            "pg_loss": pg_loss.item(),
-            "clip_frac": agg(was_clipped).item(),
-            "ratio_mean": agg(ratio).item(),
-        }
+        metrics.update(pg_loss=pg_loss.item(), clip_frac=agg(was_clipped).item(), ratio_mean=agg(ratio).item())
 
     kl_in_loss = config.kl_coef > 0 and not config.kl_in_reward
     if kl_in_loss and ref_logprobs is None:

@@ -118,6 +118,20 @@ def build_rows(trajectories: Sequence[Trajectory], stitched: bool = False) -> Ro
     return RowBatch(rows, positions)
 
 
+def importance_figures(rows: Sequence[TrainRow], rollout_logprobs: Sequence[np.ndarray], cap: float) -> dict[str, float]:
+    """How far the engines' sampling policy is from the learner's on the rows' loss tokens: the importance weight
+    pi_old / pi_rollout (rows' "old_logprobs" against `rollout_logprobs`), its mean and max, and the share of tokens
+    whose weight is above `cap`."""
+    mask = np.concatenate([np.asarray(r["loss_mask"]) > 0 for r in rows])
+    gap = np.concatenate([np.asarray(r["old_logprobs"], np.float64) - np.asarray(lp, np.float64)
+                          for r, lp in zip(rows, rollout_logprobs)])[mask]
+    if gap.size == 0:
+        return {}
+    weights = np.exp(np.clip(gap, -20.0, 20.0))
+    return {"is_weight_mean": float(weights.mean()), "is_weight_max": float(weights.max()),
+            "is_capped_share": float((weights > cap).mean())}
+
+
 def shape_rewards(trajectories: Sequence[Trajectory], rows: Sequence[TrainRow], train: TrainingConfig,
                   max_tokens: int) -> np.ndarray:
     """Env rewards, shaped: DAPO's overlong penalty per conversation and, with kl_in_reward, minus kl_coef times

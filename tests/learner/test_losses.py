@@ -237,6 +237,31 @@ def test_compute_loss_value_metrics_and_gradient():
     close(logprobs.grad, [[-0.25, 0.0, 0.0], [-0.5, 0.0, 0.0]], atol=1e-6)
 
 
+@pytest.mark.parametrize("correction", ["tis", "decoupled"])
+def test_off_policy_correction_weights_each_token_by_hand_computed_values(correction):
+    logprobs, old, advantages, mask = batch()
+    # pi_old / pi_rollout per token: 0.5, 1.0, 3.0 | 2.5 (cap 2): tis uses 0.5, 1, 2 | 2; decoupled 0.5, 1, 0 | 0.
+    rollout = old - torch.log(torch.tensor([[0.5, 1.0, 3.0], [2.5, 1.0, 1.0]]))
+    config = LossConfig(off_policy_correction=correction, importance_cap=2.0)
+    loss, metrics = compute_loss(config, logprobs, old, advantages, mask, num_tokens=4, num_seqs=2,
+                                 rollout_logprobs=rollout)
+    # the uncorrected per-token losses are -1, -1.28, 0.8 | -2 (test_compute_loss_value_metrics_and_gradient)
+    weights = [0.5, 1.0, 2.0, 2.0] if correction == "tis" else [0.5, 1.0, 0.0, 0.0]
+    want = sum(w * x for w, x in zip(weights, [-1.0, -1.28, 0.8, -2.0])) / 4
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    assert metrics["is_weight_mean"] == pytest.approx((0.5 + 1.0 + 3.0 + 2.5) / 4, abs=1e-6)
+    assert metrics["is_capped_frac"] == pytest.approx(0.5)
+    loss.backward()
+    # only the first tokens' ratios are unclipped: -A * ratio * weight / 4 (no gradient through the weight)
+    close(logprobs.grad, [[-0.25 * 0.5, 0.0, 0.0], [-0.5 * weights[3], 0.0, 0.0]], atol=1e-6)
+
+
+def test_off_policy_correction_needs_rollout_logprobs():
+    logprobs, old, advantages, mask = batch()
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        compute_loss(LossConfig(off_policy_correction="tis"), logprobs, old, advantages, mask, 4, 2)
+
+
 def test_compute_loss_seq_mean_token_mean():
     logprobs, old, advantages, mask = batch()
     config = LossConfig(aggregation="seq_mean_token_mean")
@@ -336,6 +361,8 @@ def test_compute_loss_sft_is_the_negative_log_likelihood():
         ({"value_clip": -0.5}, "value_clip"),
         ({"kind": "sft", "kl_coef": 0.1}, "kind"),
         ({"kind": "sft", "entropy_coef": 0.01}, "kind"),
+        ({"off_policy_correction": "vtrace"}, "off_policy_correction"),
+        ({"importance_cap": 1.0}, "importance_cap"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, field):

@@ -6,7 +6,7 @@ import pytest
 from memrl.config import TrainingConfig
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.losses import LossConfig
-from memrl.learner.rows import build_rows, shape_rewards
+from memrl.learner.rows import build_rows, importance_figures, shape_rewards
 
 
 def _traj(reward: float, response_lengths: list[int], group: str = "g") -> Trajectory:
@@ -77,3 +77,13 @@ def test_per_call_advantages_land_on_each_calls_own_tokens(stitched):
         batch.assign_advantages([np.array([0.25, -1.0]), np.array([0.5])])
     with pytest.raises(ValueError, match=r"need one advantage per trajectory \(2\), got shape \(3,\)"):
         batch.assign_advantages(np.zeros(3))
+
+
+def test_importance_figures_count_loss_tokens_only():
+    rows = [{"loss_mask": np.array([1, 1, 0]), "old_logprobs": np.log([0.5, 0.3, 0.9])},
+            {"loss_mask": np.array([1]), "old_logprobs": np.log([0.6])}]
+    rollout = [np.log([0.25, 0.3, 0.1]), np.log([0.1])]  # weights 2, 1, (9: env token) | 6
+    figures = importance_figures(rows, rollout, cap=2.0)
+    assert figures["is_weight_mean"] == pytest.approx(3.0)
+    assert figures["is_weight_max"] == pytest.approx(6.0)
+    assert figures["is_capped_share"] == pytest.approx(1 / 3)

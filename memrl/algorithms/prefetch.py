@@ -1,0 +1,106 @@
+"""Asynchronous training's pieces: an iteration's sampled batch (kept in checkpoints as Arrow) and the thread that
+samples the next one while the learner trains.
+
+With training.max_staleness >= 1 an Algorithm starts `Prefetch` for iteration i + 1 once iteration i's batch is in
+hand, trains on that batch, and collects the prefetched one before broadcasting the new weights: the engines sample
+the next batch under exactly one weight version, which keeps runs reproducible and resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from memrl.episode import Trajectory, from_arrow
+
+logger = logging.getLogger(__name__)
+
+BATCH_FILE = "prefetched_batch.arrow"
+"""A checkpoint's prefetched batch: every trajectory sampled for the next iteration, in Arrow IPC."""
+BATCH_STATE_FILE = "prefetched_batch.json"
+"""The prefetched batch's iteration, kept trajectory ids and runner stats."""
+
+
+@dataclass
+class SampledBatch:
+    """One iteration's sampling: every trajectory (failed and dropped ones too), those kept for training, stats."""
+
+    iteration: int
+    """The iteration these trajectories were sampled for (their tasks and seeds follow from it)."""
+    table: pa.Table
+    """Every trajectory of the iteration's sampling rounds, as the env runners shipped them."""
+    trajectories: list[Trajectory]
+    """`table` as trajectories, in order."""
+    kept: list[Trajectory]
+    """The trajectories to train on: finished ones of the groups dynamic sampling kept."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """Env runner figures summed over the rounds (calls, new tokens, env seconds, ...)."""
+    seconds: float = 0.0
+    """Wall-clock seconds the sampling took."""
+
+    def save(self, directory: str | Path) -> None:
+        """Write the batch into a checkpoint directory (the caller seals it)."""
+        directory = Path(directory)
+        with pa.OSFile(str(directory / BATCH_FILE), "wb") as sink, pa.ipc.new_file(sink, self.table.schema) as writer:
+            writer.write_table(self.table)
+        state = {"iteration": self.iteration, "kept": [t.traj_id for t in self.kept], "stats": self.stats,
+                 "seconds": self.seconds}
+        (directory / BATCH_STATE_FILE).write_text(json.dumps(state))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> SampledBatch | None:
+        """The batch `save` wrote into `directory`, or None when it holds none."""
+        directory = Path(directory)
+        if not (directory / BATCH_STATE_FILE).exists():
+            return None
+        state = json.loads((directory / BATCH_STATE_FILE).read_text())
+        with pa.memory_map(str(directory / BATCH_FILE), "r") as source:
+            table = pa.ipc.open_file(source).read_all()
+        trajectories = from_arrow(table)
+        kept_ids = set(state["kept"])
+        kept = [t for t in trajectories if t.traj_id in kept_ids]
+        if len(kept) != len(kept_ids):
+            raise ValueError(f"{directory / BATCH_FILE} lacks {len(kept_ids) - len(kept)} of the trajectories its "
+                             f"{BATCH_STATE_FILE} keeps for training")
+        return cls(state["iteration"], table, trajectories, kept, state["stats"], state["seconds"])
+
+
+class Prefetch:
+    """`sample()` run in a background thread; `result` waits for it and returns its value or raises its error.
+
+    Ray calls release the GIL, so the driver's learner calls and the sampling calls proceed side by side."""
+
+    def __init__(self, sample: Callable[[], Any], name: str):
+        self.name = name
+        self._out: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(sample,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, sample: Callable[[], Any]) -> None:
+        try:
+            self._out["value"] = sample()
+        except BaseException as exc:  # handed to the caller of result()
+            self._out["error"] = exc
+
+    def result(self, timeout_s: float, setting: str) -> Any:
+        """The sampled value, waiting at most `timeout_s` (the `setting` that sets it is named in the error)."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"{self.name} did not finish within {timeout_s:g} s ({setting})")
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
+
+    def discard(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) until the sampling ended and drop what it made, error or batch: the iteration it
+        was for will be sampled again."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            logger.warning("%s is still running after %g s; leaving it behind", self.name, timeout_s)
