@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,16 @@ class MicroBatch:
                 )
             out[b, :n] = torch.tensor(values)
         return out
+
+    def logit_positions(self) -> tuple[torch.Tensor, MicroBatch]:
+        """The sorted sequence positions whose logits predict some response token, and this micro-batch with
+        logit_index pointing into that list: a model given them as `logits_to_keep` computes vocab-sized logits
+        there alone (most positions of a row are prompt)."""
+        keep = torch.unique(self.logit_index[self.response_mask > 0])
+        if keep.numel() == 0:
+            keep = torch.zeros(1, dtype=torch.long)
+        index = torch.searchsorted(keep, self.logit_index).clamp(max=keep.numel() - 1)
+        return keep, dataclasses.replace(self, logit_index=index)
 
     def logprobs_and_entropy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, T] logprob of each response token and entropy of its predicting distribution, from [B, S, V] logits.

@@ -100,3 +100,23 @@ def test_pad_rows_rejects_empty_prompt_and_empty_batch():
         pad_rows([_row([], [1, 2])])
     with pytest.raises(ValueError, match="at least one row"):
         pad_rows([])
+
+
+def test_logit_positions_keep_only_what_predicts_a_response_token(tiny_checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    rows = [{"prompt_ids": np.array([5, 6, 7, 8]), "response_ids": np.array([9, 10])},
+            {"prompt_ids": np.array([11, 12]), "response_ids": np.array([13, 14, 15])},
+            {"prompt_ids": np.array([16]), "response_ids": np.array([17])}]
+    mb = pad_rows(rows)
+    keep, kept = mb.logit_positions()
+    assert keep.tolist() == [0, 1, 2, 3, 4]  # rows predict from positions 3-4, 1-3 and 0
+    assert torch.equal(keep[kept.logit_index] * kept.response_mask.long(), mb.logit_index * mb.response_mask.long())
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
+    with torch.no_grad():
+        full = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids).logits
+        part = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                     logits_to_keep=keep).logits
+    assert part.shape[1] == 5 < full.shape[1]
+    for a, b in zip(mb.logprobs_and_entropy(full), kept.logprobs_and_entropy(part)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
