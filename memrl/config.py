@@ -150,10 +150,14 @@ class TrainingConfig:
     by it). False scores the model's own distribution. Needs use_rollout_logprobs False (the engines return the
     model's own logprobs) and a temperature > 0."""
     max_staleness: int = 0
-    """Asynchronous training: with k >= 1 the next iteration's batch is sampled, under the weights of the iteration
-    before, while the learner trains on the current one (exactly one batch ahead, so runs stay reproducible), and
-    trajectories with a call more than k weight versions older than the learner are not trained on (counted as
+    """Asynchronous training: with k >= 1 batches are sampled k iterations ahead, the one for iteration i + k while
+    the learner trains iteration i, so every call is k weight versions behind the learner (runs stay reproducible and
+    resume exactly); trajectories with a call more than k versions behind are not trained on (counted as
     trajectories_stale). 0 is the synchronous loop: sample, learn, broadcast."""
+    partial_rollouts: bool = False
+    """With max_staleness >= 1: broadcast new weights as soon as the learner step ends, without waiting for the batch
+    being sampled; its episodes' later calls run under the new weights, each call recording its version. Sampling
+    never waits for the learner, but which calls get which weights depends on timing: not reproducible run to run."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy loss: clipping, KL, aggregation, entropy, off-policy correction."""
 
@@ -401,6 +405,9 @@ class AlgorithmConfig(_Config):
         if not isinstance(train.max_staleness, numbers.Integral) or train.max_staleness < 0:
             raise ValueError(f"training.max_staleness={train.max_staleness!r} is not allowed; it must be an integer "
                              ">= 0 (0: synchronous)")
+        if train.partial_rollouts and not train.max_staleness:
+            raise ValueError("training.partial_rollouts=True needs training.max_staleness >= 1 (a batch sampled while "
+                             "the learner trains)")
         correction = train.loss.off_policy_correction
         if correction != "none" and (train.use_rollout_logprobs or train.tempered_logprobs):
             raise ValueError(f"training.off_policy_correction={correction!r} weighs the learner's logprobs against the "

@@ -70,6 +70,7 @@ def test_unknown_field_is_named():
          "tempered_logprobs needs .* env_runners.temperature > 0"),
         (lambda c: c.training(max_staleness=-1), "training.max_staleness=-1 is not allowed"),
         (lambda c: c.training(max_staleness=1.5), "training.max_staleness=1.5 is not allowed"),
+        (lambda c: c.training(partial_rollouts=True), "partial_rollouts=True needs training.max_staleness >= 1"),
         (lambda c: c.training(off_policy_correction="tis"), "off_policy_correction='tis' .*training.use_rollout_logprobs=False"),
         (lambda c: c.env_runners(temperature=0.7).training(off_policy_correction="decoupled", tempered_logprobs=True,
                                                            use_rollout_logprobs=False), "tempered_logprobs=False"),

@@ -23,7 +23,7 @@ from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import checkpoints, rendezvous
-from memrl.algorithms.prefetch import Prefetch, SampledBatch
+from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
 from memrl.algorithms.recovery import Recovery, wait_ready
 from memrl.cluster import FailureBudget, get, verbose
 from memrl.config import AlgorithmConfig
@@ -72,7 +72,7 @@ class Algorithm(Recovery, tune.Trainable):
         wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
                     self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
         self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature))
-        self._prefetched: SampledBatch | None = None  # the next iteration's batch, when sampled ahead
+        self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
         self._eval_group: EnvRunnerGroup | None = None
         self._eval_overrides: dict | None = None
         self._init_weight_sync()
@@ -135,40 +135,57 @@ class Algorithm(Recovery, tune.Trainable):
     def _step(self, replay: bool = False) -> dict[str, Any]:
         """One iteration (`replay`: one run again after a learner recovery, not logged again).
 
-        Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous: the batch was sampled one
-        iteration ahead; the next one is sampled while the learner trains on it and collected before the broadcast."""
+        Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous (k >= 1): the iteration's
+        batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batch k
+        iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after)."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
-        ahead = self.cfg.training_cfg.max_staleness > 0
+        train = self.cfg.training_cfg
         t_start = time.perf_counter()
-        sampled, self._prefetched = self._prefetched, None
-        if sampled is None or sampled.iteration != iteration:
+        sampled = self._prefetched.pop(iteration, None)
+        if sampled is None:
             sampled = self._sample_training_batch(iteration)
         t_sampled = time.perf_counter()
-        generate_s = 0.0 if ahead else max(self._engine_seconds())
+        generate_s = 0.0 if train.max_staleness else max(self._engine_seconds())
+        # Iterations whose batches are sampled now: one per iteration once the pipeline is full.
+        targets = [j for j in range(iteration + 1, iteration + train.max_staleness + 1) if j not in self._prefetched]
+        ready: list[SampledBatch] = []
         prefetch = None
-        if ahead:
-            prefetch = Prefetch(lambda: self._sample_training_batch(iteration + 1, recover=False),
-                                f"sampling iteration {iteration + 1}'s batch")
+
+        def sample_ahead() -> None:
+            for j in targets:  # kept as each is done: a failure later on leaves them sampled and counted once
+                ready.append(self._sample_training_batch(j, recover=False))
+
+        if targets:
+            prefetch = Prefetch(sample_ahead, f"sampling the batches of iterations {targets}")
+        sync = None
         try:
             learner_metrics, off_policy = self._learn(sampled.kept)
+            t_learned = time.perf_counter()
+            if prefetch is not None and train.partial_rollouts:
+                sync = self.sync_weights()  # the prefetched episodes' next calls run under the new weights
         except BaseException:
             if prefetch is not None:
                 prefetch.discard(self._prefetch_timeout_s())
             raise
-        t_learned = time.perf_counter()
         engines_failed = None
         if prefetch is not None:
             try:
-                self._prefetched = prefetch.result(self._prefetch_timeout_s(), "fault_tolerance.sample_timeout_s")
+                prefetch.result(self._prefetch_timeout_s(), "fault_tolerance.sample_timeout_s")
             except EngineFailed as failure:
                 engines_failed = failure
                 self._replace_engines_for_sync(failure)
+            self._prefetched.update({batch.iteration: batch for batch in ready})
             generate_s = max(self._engine_seconds())
         t_collected = time.perf_counter()
-        sync = self.sync_weights()
+        if sync is None:
+            sync = self.sync_weights()
+        elif engines_failed is not None:
+            self._broadcast_weights()  # the replaced engines get the weights the others hold
         if engines_failed is not None:
-            # Sampled again under the new weights, once the replaced engines hold them.
-            self._prefetched = self._sample_training_batch(iteration + 1)
+            # The batches the failure left unsampled, sampled again now that every engine holds the new weights.
+            for j in targets:
+                if j not in self._prefetched:
+                    self._prefetched[j] = self._sample_training_batch(j)
         t_end = time.perf_counter()
 
         trajectories = sampled.trajectories
@@ -194,7 +211,7 @@ class Algorithm(Recovery, tune.Trainable):
                 (t.weight_version for t in trajectories), default=self.weight_version - 1))},
             "off_policy": off_policy,
             "counters": {**self.counters, "trajectories_prefetched": float(
-                len(self._prefetched.trajectories) if self._prefetched is not None else 0),
+                sum(len(batch.trajectories) for batch in self._prefetched.values())),
                 **self.env_runner_group.counters},
         }
         result["reward_mean"] = result["env_runners"].get("reward_mean", float("nan"))
@@ -398,8 +415,7 @@ class Algorithm(Recovery, tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         for name, group in self.learner_groups().items():
             group.save_checkpoint(str(Path(checkpoint_dir) / name))
-        if self._prefetched is not None:
-            self._prefetched.save(checkpoint_dir)
+        save_batches(self._prefetched.values(), checkpoint_dir)
         state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
         (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
         checkpoints.seal(checkpoint_dir, checksums=self.cfg.fault_tolerance_cfg.checkpoint_checksums)
@@ -410,7 +426,7 @@ class Algorithm(Recovery, tune.Trainable):
         for name, group in self.learner_groups().items():
             group.load_checkpoint(str(Path(checkpoint_dir) / name))
         self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
-        self._prefetched = SampledBatch.load(checkpoint_dir)
+        self._prefetched = load_batches(checkpoint_dir)
         self.restore_state(state)
 
     def checkpoint_state(self) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""Asynchronous training's pieces: an iteration's sampled batch (kept in checkpoints as Arrow) and the thread that
-samples the next one while the learner trains.
+"""Asynchronous training's pieces: a sampled batch (kept in checkpoints as Arrow) and the thread that samples
+batches ahead while the learner trains.
 
-With training.max_staleness >= 1 an Algorithm starts `Prefetch` for iteration i + 1 once iteration i's batch is in
-hand, trains on that batch, and collects the prefetched one before broadcasting the new weights: the engines sample
-the next batch under exactly one weight version, which keeps runs reproducible and resumable.
+With training.max_staleness = k >= 1 an Algorithm trains iteration i on the batch sampled for it k iterations
+before, and meanwhile starts `Prefetch` for the batch of iteration i + k under the weights of iteration i; that batch
+is collected before the new weights are broadcast, so each batch comes from exactly one weight version, which keeps
+runs reproducible and resumable (with partial_rollouts the broadcast goes first and episodes in flight carry on
+under the new weights, which is not reproducible).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from memrl.episode import Trajectory, from_arrow
 
 logger = logging.getLogger(__name__)
 
-BATCH_FILE = "prefetched_batch.arrow"
-"""A checkpoint's prefetched batch: every trajectory sampled for the next iteration, in Arrow IPC."""
-BATCH_STATE_FILE = "prefetched_batch.json"
-"""The prefetched batch's iteration, kept trajectory ids and runner stats."""
+PREFETCHED_DIR = "prefetched"
+"""A checkpoint's batches sampled ahead, one subdirectory each (iteration_NNNNNN)."""
+BATCH_FILE = "batch.arrow"
+"""Every trajectory sampled for the batch's iteration, in Arrow IPC."""
+BATCH_STATE_FILE = "batch.json"
+"""The batch's iteration, kept trajectory ids, runner stats and sampling seconds."""
 
 
 @dataclass
@@ -46,8 +50,9 @@ class SampledBatch:
     """Wall-clock seconds the sampling took."""
 
     def save(self, directory: str | Path) -> None:
-        """Write the batch into a checkpoint directory (the caller seals it)."""
+        """Write the batch into `directory` (created; a checkpoint's caller seals it)."""
         directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
         with pa.OSFile(str(directory / BATCH_FILE), "wb") as sink, pa.ipc.new_file(sink, self.table.schema) as writer:
             writer.write_table(self.table)
         state = {"iteration": self.iteration, "kept": [t.traj_id for t in self.kept], "stats": self.stats,
@@ -70,6 +75,18 @@ class SampledBatch:
             raise ValueError(f"{directory / BATCH_FILE} lacks {len(kept_ids) - len(kept)} of the trajectories its "
                              f"{BATCH_STATE_FILE} keeps for training")
         return cls(state["iteration"], table, trajectories, kept, state["stats"], state["seconds"])
+
+
+def save_batches(batches, checkpoint_dir: str | Path) -> None:
+    """Write batches sampled ahead into a checkpoint directory."""
+    for batch in batches:
+        batch.save(Path(checkpoint_dir) / PREFETCHED_DIR / f"iteration_{batch.iteration:06d}")
+
+
+def load_batches(checkpoint_dir: str | Path) -> dict[int, SampledBatch]:
+    """The batches `save_batches` wrote into a checkpoint directory, by iteration (none in a synchronous run's)."""
+    batches = [SampledBatch.load(d) for d in sorted((Path(checkpoint_dir) / PREFETCHED_DIR).glob("iteration_*"))]
+    return {batch.iteration: batch for batch in batches if batch is not None}
 
 
 class Prefetch:

@@ -7,16 +7,16 @@ import pytest
 import ray
 
 from memrl.algorithms import DAPOConfig
-from memrl.algorithms.prefetch import SampledBatch
+from memrl.algorithms.prefetch import load_batches
 
 pytestmark = pytest.mark.slow
 
 TRAJECTORIES = 12  # 3 groups x 4 per iteration
 
 
-def _config(checkpoint, max_staleness: int = 1) -> DAPOConfig:
+def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None) -> DAPOConfig:
     return (DAPOConfig()
-            .environment("memrl/Echo-v0", env_config={"num_turns": 2, "reward": "similarity"})
+            .environment("memrl/Echo-v0", env_config=env_config or {"num_turns": 2, "reward": "similarity"})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
             .learners(model_path=str(checkpoint), num_learners=2, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, max_staleness=max_staleness,
@@ -62,7 +62,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     algo = _config(tiny_checkpoint).build()
     resumed = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")
-    assert SampledBatch.load(path).iteration == 2
+    assert list(load_batches(path)) == [2]
     for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
         ray.kill(actor)
     algo.learner_group.shutdown()
@@ -85,3 +85,25 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     assert counters["trajectories_stale"] == TRAJECTORIES and result["learners"] == {}
     assert counters["trajectories_trained"] == 2 * TRAJECTORIES and counters["trajectories_prefetched"] == 0
     assert result["off_policy"]["staleness_1"] == 2 * TRAJECTORIES
+
+
+def _staleness(result: dict) -> list[int]:
+    return sorted(int(k.removeprefix("staleness_")) for k in result["off_policy"] if k.startswith("staleness_"))
+
+
+def test_two_batches_ahead_with_partial_rollouts_mix_versions_within_the_bound(ray_session, tiny_checkpoint):
+    # Slow env steps: sampling a batch outlasts a learner step, so broadcasts land while episodes are in flight.
+    env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.5}
+    algo = _config(tiny_checkpoint, max_staleness=2, env_config=env_config).training(partial_rollouts=True).build()
+    results = [algo.train() for _ in range(4)]
+    algo.stop()
+    for i, result in enumerate(results, start=1):
+        counters = result["counters"]
+        assert counters["trajectories_trained"] == i * TRAJECTORIES and counters["trajectories_stale"] == 0
+        assert counters["trajectories_prefetched"] == 2 * TRAJECTORIES  # the next two iterations' batches
+        assert counters["trajectories_sampled"] == (i + 2) * TRAJECTORIES
+        assert max(_staleness(result)) <= 2
+    assert _staleness(results[0]) == [0]
+    # A broadcast reached the engines while a prefetched batch was being sampled: its calls carry both versions.
+    assert any(len(_staleness(r)) > 1 for r in results[1:]), [r["off_policy"] for r in results]
+    assert max(_staleness(results[3])) == 2
