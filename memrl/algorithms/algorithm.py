@@ -210,8 +210,10 @@ class Algorithm(Recovery, tune.Trainable):
             "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
                 (t.weight_version for t in trajectories), default=self.weight_version - 1))},
             "off_policy": off_policy,
+            # Kept trajectories of the batches sampled ahead, still to be trained on (their failed and dropped ones are
+            # counted already): sampled = trained + failed + dropped + stale + prefetched.
             "counters": {**self.counters, "trajectories_prefetched": float(
-                sum(len(batch.trajectories) for batch in self._prefetched.values())),
+                sum(len(batch.kept) for batch in self._prefetched.values())),
                 **self.env_runner_group.counters},
         }
         result["reward_mean"] = result["env_runners"].get("reward_mean", float("nan"))

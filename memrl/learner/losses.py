@@ -13,7 +13,7 @@ AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token values are reduced to one scalar (names follow verl / Dr.GRPO)."""
 
 OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
-"""How tokens the engines sampled under other weights than the learner's are weighted (LossConfig.off_policy_correction)."""
+"""How tokens sampled under other weights than the learner's are weighted (LossConfig.off_policy_correction)."""
 
 LOSS_KINDS = ("policy", "sft")
 """What compute_loss optimises: the clipped policy gradient, or the negative log-likelihood (supervised warm-start)."""

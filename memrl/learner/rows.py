@@ -118,7 +118,8 @@ def build_rows(trajectories: Sequence[Trajectory], stitched: bool = False) -> Ro
     return RowBatch(rows, positions)
 
 
-def importance_figures(rows: Sequence[TrainRow], rollout_logprobs: Sequence[np.ndarray], cap: float) -> dict[str, float]:
+def importance_figures(rows: Sequence[TrainRow], rollout_logprobs: Sequence[np.ndarray],
+                       cap: float) -> dict[str, float]:
     """How far the engines' sampling policy is from the learner's on the rows' loss tokens: the importance weight
     pi_old / pi_rollout (rows' "old_logprobs" against `rollout_logprobs`), its mean and max, and the share of tokens
     whose weight is above `cap`."""

@@ -1,7 +1,6 @@
 """Asynchronous training (training.max_staleness): batches sampled one iteration ahead on the real stack (torch
 engines, 2 DeepSpeed ZeRO-3 learners, gloo sync), their version accounting, off-policy correction and exact resume."""
 
-from pathlib import Path
 
 import pytest
 import ray
@@ -42,12 +41,14 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
         assert counters["trajectories_sampled"] == (i + 1) * TRAJECTORIES
         assert counters["trajectories_trained"] == i * TRAJECTORIES
         assert counters["trajectories_prefetched"] == TRAJECTORIES
-        assert counters["trajectories_stale"] == counters["trajectories_failed"] == counters["trajectories_dropped"] == 0
+        assert counters["trajectories_stale"] == counters["trajectories_failed"] == 0
+        assert counters["trajectories_dropped"] == 0
         assert counters["conversations_trained"] == 2 * i * TRAJECTORIES
         assert result["weight_sync"]["version"] == i
         assert result["learners"]["tokens"] == result["env_runners"]["new_tokens"]
     # The first batch comes from the starting weights, trained at once; later ones from the weights one step behind.
-    assert straight[0]["off_policy"]["staleness_0"] == 2 * TRAJECTORIES and straight[0]["weight_sync"]["version_lag"] == 0
+    assert straight[0]["off_policy"]["staleness_0"] == 2 * TRAJECTORIES
+    assert straight[0]["weight_sync"]["version_lag"] == 0
     for result in straight[1:]:
         assert result["off_policy"]["staleness_1"] == 2 * TRAJECTORIES and "staleness_0" not in result["off_policy"]
         assert result["weight_sync"]["version_lag"] == 1
@@ -107,3 +108,15 @@ def test_two_batches_ahead_with_partial_rollouts_mix_versions_within_the_bound(r
     # A broadcast reached the engines while a prefetched batch was being sampled: its calls carry both versions.
     assert any(len(_staleness(r)) > 1 for r in results[1:]), [r["off_policy"] for r in results]
     assert max(_staleness(results[3])) == 2
+
+
+def test_accounting_holds_when_dynamic_sampling_drops_groups_sampled_ahead(ray_session, tiny_checkpoint):
+    # Exact-match rewards of an untrained model are all 0: every group is dropped, in the batch sampled ahead too.
+    algo = (_config(tiny_checkpoint, env_config={"num_turns": 1, "reward": "exact"})
+            .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2).build())
+    for i in range(1, 3):
+        counters = algo.train()["counters"]
+        assert counters["trajectories_sampled"] == (i + 1) * 2 * TRAJECTORIES  # two rounds per batch
+        assert counters["trajectories_dropped"] == counters["trajectories_sampled"]
+        assert counters["trajectories_trained"] == counters["trajectories_prefetched"] == 0
+    algo.stop()
