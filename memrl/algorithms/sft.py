@@ -129,6 +129,7 @@ class SFT(Algorithm):
         faults = self.cfg.fault_tolerance_cfg
         self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
         self.counters = {"learner_restarts": 0}
+        self._prefetched = {}  # Algorithm's checkpoints keep batches sampled ahead; SFT's rows are fixed
         self.start_learners()
         self.engine = TorchEngine(learn.model_path, seed=self.seed)
         self.rng = np.random.default_rng(self.seed)
