@@ -145,7 +145,6 @@ class Algorithm(Recovery, tune.Trainable):
         if sampled is None:
             sampled = self._sample_training_batch(iteration)
         t_sampled = time.perf_counter()
-        generate_s = 0.0 if train.max_staleness else max(self._engine_seconds())
         # Iterations whose batches are sampled now: one per iteration once the pipeline is full.
         targets = [j for j in range(iteration + 1, iteration + train.max_staleness + 1) if j not in self._prefetched]
         ready: list[SampledBatch] = []
@@ -175,7 +174,7 @@ class Algorithm(Recovery, tune.Trainable):
                 engines_failed = failure
                 self._replace_engines_for_sync(failure)
             self._prefetched.update({batch.iteration: batch for batch in ready})
-            generate_s = max(self._engine_seconds())
+        generate_s = max(self._engine_seconds())  # this iteration's sampling, whichever batch it was for
         t_collected = time.perf_counter()
         if sync is None:
             sync = self.sync_weights()

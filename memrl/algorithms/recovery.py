@@ -117,11 +117,7 @@ class Recovery:
         """Start new engines in place of the broken ones, rejoin every engine to the weight-sync group and send the
         current weights. Raise `failure` when every engine is fine (the call itself failed: a new engine would fail
         it too) or the engine failure budget is spent."""
-        broken = self._broken_engines()
-        if not broken:
-            raise failure
-        self._start_engines(broken, failure)
-        self._init_weight_sync()
+        self._replace_engines_for_sync(failure)
         self._broadcast_weights()
 
     def _replace_engines_for_sync(self, failure: Exception) -> None:
