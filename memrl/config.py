@@ -62,6 +62,9 @@ class EnvRunnersConfig:
     """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM)."""
     num_gpus_per_engine: float = 0.0
     """GPUs each engine actor reserves (0 on CPU machines)."""
+    num_cpus_per_engine: int = 1
+    """CPUs each engine actor reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU engine computes on as
+    many threads. Raise it where the engine has cores to itself (e.g. synchronous training on a small machine)."""
     max_tokens: int = 64
     """Most new tokens per call."""
     temperature: float = 1.0
@@ -85,6 +88,9 @@ class LearnersConfig:
     """DeepSpeed data-parallel ranks, one Ray actor each."""
     num_gpus_per_learner: float = 0.0
     """GPUs each learner reserves (0 on CPU machines)."""
+    num_cpus_per_learner: int = 1
+    """CPUs each learner reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU learner trains on as many
+    threads (one learner on a 2-core machine: 2)."""
     token_budget: int = 8192
     """Most padded tokens per micro-batch."""
     dtype: str = "float32"
@@ -357,6 +363,8 @@ class AlgorithmConfig(_Config):
             "env_runners.num_engines": run.num_engines,
             "env_runners.max_calls_per_episode": run.max_calls_per_episode,
             "learners.num_learners": learn.num_learners,
+            "learners.num_cpus_per_learner": learn.num_cpus_per_learner,
+            "env_runners.num_cpus_per_engine": run.num_cpus_per_engine,
             "learners.token_budget": learn.token_budget,
             "learners.weight_sync_bucket_bytes": learn.weight_sync_bucket_bytes,
             "training.tasks_per_iteration": train.tasks_per_iteration,
@@ -442,23 +450,24 @@ class AlgorithmConfig(_Config):
         """LearnerGroup's keyword arguments besides its LearnerConfig: size, GPUs and deadlines."""
         learn, faults = self.learners_cfg, self.fault_tolerance_cfg
         return {"num_learners": learn.num_learners, "num_gpus_per_learner": learn.num_gpus_per_learner,
+                "num_cpus_per_learner": learn.num_cpus_per_learner,
                 "call_timeout_s": faults.learner_timeout_s, "start_timeout_s": faults.actor_start_timeout_s}
 
-    def actor_groups(self) -> list[tuple[str, int, float, str]]:
-        """The algorithm's actors that reserve resources, as (name, count, GPUs each, the setting that sizes them);
-        each takes one CPU. Env runners reserve none (they wait on an engine)."""
+    def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
+        """The algorithm's actors that reserve resources, as (name, count, CPUs each, GPUs each, the setting that
+        sizes them). Env runners reserve none (they wait on an engine)."""
         run, learn = self.env_runners_cfg, self.learners_cfg
-        return [("learners", learn.num_learners, learn.num_gpus_per_learner,
-                 "learners(num_learners=..., num_gpus_per_learner=...)"),
-                ("engines", run.num_engines, run.num_gpus_per_engine,
-                 "env_runners(num_engines=..., num_gpus_per_engine=...)")]
+        return [("learners", learn.num_learners, learn.num_cpus_per_learner, learn.num_gpus_per_learner,
+                 "learners(num_learners=..., num_cpus_per_learner=..., num_gpus_per_learner=...)"),
+                ("engines", run.num_engines, run.num_cpus_per_engine, run.num_gpus_per_engine,
+                 "env_runners(num_engines=..., num_cpus_per_engine=..., num_gpus_per_engine=...)")]
 
     def resources(self) -> tuple[dict[str, float], list[str]]:
         """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words."""
         groups = self.actor_groups()
-        needs = {"CPU": float(sum(count for _, count, _, _ in groups)),
-                 "GPU": sum(count * gpus for _, count, gpus, _ in groups)}
-        return needs, [f"{count} {name} x (1 CPU, {gpus:g} GPU)" for name, count, gpus, _ in groups]
+        needs = {"CPU": float(sum(count * cpus for _, count, cpus, _, _ in groups)),
+                 "GPU": sum(count * gpus for _, count, _, gpus, _ in groups)}
+        return needs, [f"{count} {name} x ({cpus} CPU, {gpus:g} GPU)" for name, count, cpus, gpus, _ in groups]
 
     def check_resources(self, total: dict[str, float] | None = None) -> None:
         """Fail at once, naming the settings, when the running Ray cluster (or one with `total` resources) cannot

@@ -35,6 +35,19 @@ def test_more_cpus_than_the_cluster_has_fail_at_once(ray_session, tiny_checkpoin
     assert config.debugging(check_resources=False).resources()[0]["CPU"] == 9.0
 
 
+def test_cpus_per_actor_count_in_the_resources_and_are_checked(tiny_checkpoint):
+    config = (_config(tiny_checkpoint).learners(num_learners=2, num_cpus_per_learner=3)
+              .env_runners(num_cpus_per_engine=2))
+    needs, parts = config.resources()
+    assert needs == {"CPU": 8.0, "GPU": 0.0} and parts[0] == "2 learners x (3 CPU, 0 GPU)"
+    with pytest.raises(RuntimeError, match=r"needs 8 CPU.*would have 4 CPU.*num_cpus_per_learner"):
+        config.check_resources({"CPU": 4.0, "GPU": 0.0})
+    for name, bad in (("learners.num_cpus_per_learner", _config(tiny_checkpoint).learners(num_cpus_per_learner=0)),
+                      ("env_runners.num_cpus_per_engine", _config(tiny_checkpoint).env_runners(num_cpus_per_engine=0))):
+        with pytest.raises(ValueError, match=rf"{name}=0 is not allowed; it must be an integer >= 1"):
+            bad.validate()
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_actor_output_reaches_the_console_only_when_asked_for(tmp_path, verbose):
     import os

@@ -24,7 +24,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import checkpoints, rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
-from memrl.algorithms.recovery import Recovery, wait_ready
+from memrl.algorithms.recovery import Recovery, wait_engines_ready
 from memrl.cluster import FailureBudget, get, verbose
 from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
@@ -67,11 +67,12 @@ class Algorithm(Recovery, tune.Trainable):
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
         self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
-        self.start_learners()
+        # Engines and runners load while the learners start: the three kinds of actor come up side by side.
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
-        wait_ready(self.engines, "inference engine", run.num_gpus_per_engine,
-                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
-        self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature))
+        self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature), wait=False)
+        self.start_learners()
+        wait_engines_ready(self.engines, self.cfg)
+        self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
         self._eval_group: EnvRunnerGroup | None = None
         self._eval_overrides: dict | None = None
@@ -98,17 +99,19 @@ class Algorithm(Recovery, tune.Trainable):
                              max_calls=run.max_calls_per_episode, episode_retries=faults.episode_retries,
                              engine_call_timeout_s=faults.engine_call_timeout_s)
 
-    def _runner_group(self, spec: EnvRunnerSpec) -> EnvRunnerGroup:
-        """env_runners.num_env_runners runners of `spec` over the engines, with the run's failure budget."""
+    def _runner_group(self, spec: EnvRunnerSpec, wait: bool = True) -> EnvRunnerGroup:
+        """env_runners.num_env_runners runners of `spec` over the engines, with the run's failure budget; `wait`:
+        return once they are up."""
         faults = self.cfg.fault_tolerance_cfg
         return EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners,
                               max_failures=faults.max_actor_failures, failure_window_s=faults.failure_window_s,
-                              sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s)
+                              sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s,
+                              wait=wait)
 
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
-                            num_gpus=run.num_gpus_per_engine, **run.engine_config)
+                            num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)

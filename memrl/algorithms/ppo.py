@@ -48,11 +48,10 @@ class PPOConfig(AlgorithmConfig):
         self.training_cfg = PPOTrainingConfig(group_size=1, tasks_per_iteration=16, stitch_trajectories=True,
                                               loss=LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean"))
 
-    def actor_groups(self) -> list[tuple[str, int, float, str]]:
+    def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
         """The policy's actors plus the critic's learners (as many as the policy's, same resources each)."""
         groups = super().actor_groups()
-        _, count, gpus, setting = groups[0]
-        return [*groups, ("critic learners", count, gpus, setting)]
+        return [*groups, ("critic learners", *groups[0][1:])]
 
     def validate(self) -> None:
         super().validate()

@@ -138,21 +138,21 @@ class Recovery:
             ray.kill(self.engines[i], no_restart=True)
             self.engines[i] = self._make_engine(i)
         self.counters["engine_restarts"] += len(broken)
-        wait_ready([self.engines[i] for i in broken], "inference engine", self.cfg.env_runners_cfg.num_gpus_per_engine,
-                   self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
+        wait_engines_ready([self.engines[i] for i in broken], self.cfg)
         for group in (self.env_runner_group, self._eval_group):
             if group is not None:
                 group.set_engines(self.engines)
 
 
-def wait_ready(actors: list, what: str, num_gpus: float, timeout_s: float) -> None:
-    """Fail with a clear message when actors cannot start (most often: the cluster lacks the CPUs/GPUs)."""
-    ready, _ = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
-    if len(ready) < len(actors):
+def wait_engines_ready(engines: list, cfg) -> None:
+    """Fail with a clear message when engine actors cannot start (most often: the cluster lacks the CPUs/GPUs)."""
+    run, timeout_s = cfg.env_runners_cfg, cfg.fault_tolerance_cfg.actor_start_timeout_s
+    ready, _ = ray.wait([a.__ray_ready__.remote() for a in engines], num_returns=len(engines), timeout=timeout_s)
+    if len(ready) < len(engines):
         raise RuntimeError(
-            f"{len(actors) - len(ready)} of {len(actors)} {what} actors did not start within {timeout_s:g} s "
-            f"(fault_tolerance.actor_start_timeout_s); each "
-            f"needs 1 CPU and {num_gpus} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
+            f"{len(engines) - len(ready)} of {len(engines)} inference engine actors did not start within "
+            f"{timeout_s:g} s (fault_tolerance.actor_start_timeout_s); each needs {run.num_cpus_per_engine} CPU and "
+            f"{run.num_gpus_per_engine:g} GPU. Cluster resources: {ray.cluster_resources()}, available now: "
             f"{ray.available_resources()}"
         )
     ray.get(ready, timeout=timeout_s)  # all started already: re-raises a constructor error

@@ -88,7 +88,7 @@ class SFTConfig(AlgorithmConfig):
             raise ValueError(f"debugging.seed={seed!r} is not allowed; SFT's env seeds count up from it (an integer "
                              ">= 0)")
 
-    def actor_groups(self) -> list[tuple[str, int, float, str]]:
+    def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
         """The learners only: evaluation runs a TorchEngine in the algorithm's own process."""
         return super().actor_groups()[:1]
 

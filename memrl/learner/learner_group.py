@@ -67,13 +67,15 @@ class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
     def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0, *,
-                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
+                 num_cpus_per_learner: int = 1, call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
         """`call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
         their placement and start."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if num_gpus_per_learner < 0:
             raise ValueError(f"num_gpus_per_learner must be >= 0, got {num_gpus_per_learner}")
+        if num_cpus_per_learner < 1:
+            raise ValueError(f"num_cpus_per_learner must be >= 1, got {num_cpus_per_learner}")
         if not Path(config.model_path).is_dir():
             raise ValueError(f"LearnerConfig.model_path {config.model_path!r} is not a local checkpoint directory")
         self.config = config
@@ -84,10 +86,12 @@ class LearnerGroup:
         if not num_gpus_per_learner and not _cpu_comm_op_built():
             print("Building DeepSpeed's CPU communication op (first run on this machine only, about a minute)...",
                   file=sys.stderr, flush=True)
-        bundle = {"CPU": 1, "GPU": num_gpus_per_learner} if num_gpus_per_learner else {"CPU": 1}
+        # Ray sets each actor's OMP_NUM_THREADS to its CPUs, so torch trains on that many threads.
+        bundle = {"CPU": num_cpus_per_learner, "GPU": num_gpus_per_learner} if num_gpus_per_learner else \
+            {"CPU": num_cpus_per_learner}
         self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
         try:
-            get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners (1 CPU and "
+            get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners ({num_cpus_per_learner} CPU and "
                 f"{num_gpus_per_learner:g} GPU each; the cluster has {ray.cluster_resources()})",
                 "fault_tolerance.actor_start_timeout_s")
         except TimeoutError:
@@ -96,7 +100,7 @@ class LearnerGroup:
         actor_cls = ray.remote(Learner)
         self.learners = [
             actor_cls.options(
-                num_cpus=1,
+                num_cpus=num_cpus_per_learner,
                 num_gpus=num_gpus_per_learner,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
             ).remote(config, rank, num_learners)

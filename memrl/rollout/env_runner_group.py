@@ -32,7 +32,9 @@ class EnvRunnerGroup:
     """
 
     def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *, max_failures: int = 3,
-                 failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
+                 failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
+                 wait: bool = True):
+        """Starts the runner actors; with `wait` (the default) returns once they answer, else `wait_started` does."""
         if num_runners < 1:
             raise ValueError(f"num_runners must be >= 1, got {num_runners}")
         if not engines:
@@ -48,7 +50,12 @@ class EnvRunnerGroup:
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
                          "episodes_retried": 0, "episodes_failed": 0, "failed_rounds": 0}
         self._budget = FailureBudget(max_failures, failure_window_s, "env runner")
-        get([r.ping.remote() for r in self.runners], start_timeout_s, f"starting {num_runners} env runners",
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Return once every runner answers (its env, workflow and tokenizer built), within start_timeout_s."""
+        get([r.ping.remote() for r in self.runners], self.start_timeout_s, f"starting {len(self.runners)} env runners",
             "fault_tolerance.actor_start_timeout_s")
 
     def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.Table, dict[str, float]]:

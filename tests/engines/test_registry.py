@@ -14,3 +14,18 @@ def test_registered_names_load_their_classes():
     from memrl.engines.base import InferenceEngine
 
     assert issubclass(engine_class("torch"), InferenceEngine) and set(ENGINES) == {"torch", "vllm"}
+
+
+def test_an_engine_actor_computes_on_the_cpus_it_reserves(ray_session, tiny_checkpoint):
+    """Ray sets an actor's OpenMP threads to its CPUs, so num_cpus sizes the engine's torch thread pool."""
+    import os
+
+    import ray
+
+    threads = min(2, len(os.sched_getaffinity(0)))  # torch never runs more threads than the machine has cores
+    engine = start_engine(tiny_checkpoint, "torch", num_cpus=threads)
+    try:
+        assert ray.get(engine.__ray_call__.remote(lambda self: __import__("torch").get_num_threads()),
+                       timeout=120) == threads
+    finally:
+        ray.kill(engine)

@@ -8,6 +8,7 @@ group down before starting a fresh one, and the ZeRO-2 check last (at most 2 lea
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 
 import numpy as np
@@ -319,3 +320,16 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
         _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
     finally:
         zero2.shutdown()
+
+
+def test_learners_train_on_the_cpus_they_reserve(ray_session, tiny_checkpoint):
+    threads = min(2, len(os.sched_getaffinity(0)))  # torch never runs more threads than the machine has cores
+    group = LearnerGroup(_config(tiny_checkpoint), num_learners=1, num_cpus_per_learner=threads)
+    try:
+        counts = ray.get([a.__ray_call__.remote(lambda self: torch.get_num_threads()) for a in group.learners],
+                         timeout=120)
+        assert counts == [threads]
+    finally:
+        group.shutdown()
+    with pytest.raises(ValueError, match="num_cpus_per_learner must be >= 1"):
+        LearnerGroup(_config(tiny_checkpoint), num_cpus_per_learner=0)
