@@ -6,13 +6,32 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+import torch.nn.functional as F
+from transformers import AttentionInterface, AutoModelForCausalLM, DynamicCache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
-from memrl.weight_sync import TensorMeta, broadcast_recv, init_group
+from memrl.weight_sync import BucketReceiver, TensorMeta, init_group
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Model dtypes the engine accepts, by name."""
+
+
+CPU_ATTENTION = "memrl_sdpa_gqa"
+"""The attention the engine runs on CPU: torch's scaled_dot_product_attention with grouped-query attention done by the
+kernel. transformers' "sdpa" copies every key/value head once per query head whenever a padding mask is given (each
+decode step of a left-padded batch), so the KV cache is copied in every layer at every step."""
+
+
+def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+                                         is_causal=causal, enable_gqa=getattr(module, "num_key_value_groups", 1) > 1)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(CPU_ATTENTION, _sdpa_gqa)
+AttentionMaskInterface.register(CPU_ATTENTION, sdpa_mask)
 
 
 class TorchEngine(InferenceEngine):
@@ -37,7 +56,10 @@ class TorchEngine(InferenceEngine):
             raise ValueError(f"TorchEngine max_batch_size must be >= 1, got {max_batch_size}")
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype], attn_implementation="sdpa")
+        # On GPUs transformers' sdpa picks fused kernels, which take grouped-query attention only without a mask.
+        attention = CPU_ATTENTION if self.device.type == "cpu" else "sdpa"
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype],
+                                                          attn_implementation=attention)
         self.model.to(self.device).eval().requires_grad_(False)
         self.vocab_size: int = self.model.config.get_text_config().vocab_size
         self._max_model_len: int = self.model.config.get_text_config().max_position_embeddings
@@ -183,12 +205,13 @@ class TorchEngine(InferenceEngine):
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the weight-sync process group whose rank 0 is the learner (blocks until all ranks join)."""
         self._sync_group = init_group(host, port, rank, world_size, backend)
+        self._receiver = BucketReceiver(self._sync_group, self.device)  # load_weights copies each tensor at once
 
     def receive_weights(self, metas: list[TensorMeta], version: int, bucket_bytes: int) -> None:
         """Receive a bucketed broadcast from rank 0 straight into the model's parameters."""
         if self._sync_group is None:
             raise RuntimeError("receive_weights needs a weight-sync group: call init_weight_sync first")
-        self.load_weights(broadcast_recv(self._sync_group, metas, bucket_bytes, device=self.device), version)
+        self.load_weights(self._receiver.receive(metas, bucket_bytes), version)
 
     def _check_ids(self, ids: list[int], what: str) -> None:
         if not ids:
