@@ -69,13 +69,79 @@ def plan_buckets(metas: list[TensorMeta], bucket_bytes: int) -> list[list[Tensor
     return buckets
 
 
+class BucketSender:
+    """Rank 0's side of the bucketed broadcast: each bucket is copied into one of two staging buffers and its broadcast
+    left in flight while the next bucket is staged, so copying and sending overlap.
+
+    The buffers are kept from call to call: a fresh buffer of a bucket's size costs more in first-touch page faults
+    than the copy itself (on a CPU host, about 40 ms per 64 MiB against 4 ms)."""
+
+    def __init__(self, pg):
+        self.pg = pg
+        self._buffers: list[torch.Tensor | None] = [None, None]
+        self._work: list = [None, None]
+        self._slot = 0
+
+    def send(self, tensors: list[torch.Tensor]) -> int:
+        """Broadcast one bucket (tensors of one dtype and device, in plan order); returns its bytes. The tensors may
+        change once this returns: they are copied first."""
+        slot, self._slot = self._slot, 1 - self._slot
+        if self._work[slot] is not None:
+            self._work[slot].wait()  # that buffer's last broadcast is done: it may be overwritten
+        numel = sum(t.numel() for t in tensors)
+        flat = _staging(self._buffers, slot, numel, tensors[0].dtype, tensors[0].device)
+        torch.cat([t.detach().reshape(-1) for t in tensors], out=flat)
+        self._work[slot] = self.pg.broadcast(flat, 0)
+        return numel * flat.element_size()
+
+    def finish(self) -> None:
+        """Wait until every bucket sent has left."""
+        for slot, work in enumerate(self._work):
+            if work is not None:
+                work.wait()
+                self._work[slot] = None
+
+
+class BucketReceiver:
+    """Ranks > 0: the buckets of a `BucketSender`, each received while the one before is read.
+
+    With `reuse`, two buffers are kept from call to call and a yielded view is valid only until the bucket after next
+    is received: for consumers that copy each tensor as it comes (an engine loading its parameters). Without it,
+    every bucket gets a fresh buffer and views stay valid."""
+
+    def __init__(self, pg, device: str | torch.device = "cpu", reuse: bool = True):
+        self.pg, self.device, self.reuse = pg, torch.device(device), reuse
+        self._buffers: list[torch.Tensor | None] = [None, None]
+
+    def receive(self, metas: list[TensorMeta], bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (name, tensor) for every tensor of `metas`, in order, as rank 0 broadcasts them."""
+        buckets = plan_buckets(metas, bucket_bytes)
+
+        def post(i: int):
+            numel = sum(_numel(shape) for _, shape, _ in buckets[i])
+            dtype = _dtype(buckets[i][0][2])
+            flat = (_staging(self._buffers, i % 2, numel, dtype, self.device) if self.reuse
+                    else torch.empty(numel, dtype=dtype, device=self.device))
+            return flat, self.pg.broadcast(flat, 0)
+
+        pending = post(0) if buckets else None
+        for i, bucket in enumerate(buckets):
+            flat, work = pending
+            work.wait()
+            # The buffer of bucket i - 1, whose views the consumer is done with, now takes bucket i + 1.
+            pending = post(i + 1) if i + 1 < len(buckets) else None
+            offset = 0
+            for name, shape, _ in bucket:
+                n = _numel(shape)
+                yield name, flat[offset : offset + n].view(shape)
+                offset += n
+
+
 def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
     """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
-    sent = 0
-    for bucket in plan_buckets(metas, bucket_bytes):
-        flat = torch.cat([tensors[name].detach().reshape(-1) for name, _, _ in bucket])
-        pg.broadcast(flat, 0).wait()
-        sent += flat.numel() * flat.element_size()
+    sender = BucketSender(pg)
+    sent = sum(sender.send([tensors[name] for name, _, _ in bucket]) for bucket in plan_buckets(metas, bucket_bytes))
+    sender.finish()
     return sent
 
 
@@ -86,15 +152,16 @@ def broadcast_recv(
 
     Each bucket gets a fresh buffer, so yielded tensors stay valid after the next bucket arrives.
     """
-    for bucket in plan_buckets(metas, bucket_bytes):
-        total = sum(_numel(shape) for _, shape, _ in bucket)
-        flat = torch.empty(total, dtype=_dtype(bucket[0][2]), device=device)
-        pg.broadcast(flat, 0).wait()
-        offset = 0
-        for name, shape, _ in bucket:
-            n = _numel(shape)
-            yield name, flat[offset : offset + n].view(shape)
-            offset += n
+    return BucketReceiver(pg, device, reuse=False).receive(metas, bucket_bytes)
+
+
+def _staging(buffers: list[torch.Tensor | None], slot: int, numel: int, dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+    """The first `numel` elements of buffers[slot], replaced by a larger one (or one of another dtype) when needed."""
+    buffer = buffers[slot]
+    if buffer is None or buffer.numel() < numel or buffer.dtype != dtype or buffer.device != device:
+        buffer = buffers[slot] = torch.empty(numel, dtype=dtype, device=device)
+    return buffer[:numel]
 
 
 def _numel(shape: tuple[int, ...]) -> int:

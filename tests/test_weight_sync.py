@@ -4,7 +4,15 @@ import socket
 import pytest
 import torch
 
-from memrl.weight_sync import broadcast_recv, broadcast_send, init_group, metas_of, plan_buckets
+from memrl.weight_sync import (
+    BucketReceiver,
+    BucketSender,
+    broadcast_recv,
+    broadcast_send,
+    init_group,
+    metas_of,
+    plan_buckets,
+)
 
 
 def free_port() -> int:
@@ -26,6 +34,13 @@ def _tensors() -> dict[str, torch.Tensor]:
 def _receiver(port: int, metas, bucket_bytes: int, queue) -> None:
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
     queue.put({name: t.clone() for name, t in broadcast_recv(pg, metas, bucket_bytes)})
+
+
+def _reusing_receiver(port: int, metas, bucket_bytes: int, transfers: int, queue) -> None:
+    pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
+    receiver = BucketReceiver(pg)
+    for _ in range(transfers):  # copied as they come, as an engine loads its parameters
+        queue.put({name: t.clone() for name, t in receiver.receive(metas, bucket_bytes)})
 
 
 def test_plan_buckets_splits_by_size_and_dtype():
@@ -64,3 +79,34 @@ def test_gloo_broadcast_round_trip(bucket_bytes):
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="allowed"):
         init_group("127.0.0.1", free_port(), 0, 1, "mpi")
+
+
+def test_staged_buffers_are_reused_across_transfers_without_mixing_them():
+    """Three transfers through one sender and one receiver, each keeping two staging buffers: every transfer arrives
+    whole and exact, though the sender changes its tensors right after each send and buckets differ in size and dtype
+    (so the buffers grow and change dtype)."""
+    tensors = _tensors()
+    metas = metas_of(tensors.items())
+    bucket_bytes = 64 * 4  # three buckets: [a, b], [c], [d]
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_reusing_receiver, args=(port, metas, bucket_bytes, 3, queue))
+    proc.start()
+    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    sender = BucketSender(pg)
+    expected = []
+    for version in range(3):
+        live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in tensors.items()}
+        expected.append({name: t.clone() for name, t in live.items()})
+        for bucket in plan_buckets(metas, bucket_bytes):
+            sender.send([live[name] for name, _, _ in bucket])
+            for name, _, _ in bucket:
+                live[name].fill_(-1)  # the bucket was copied on send: changing the tensors now must not matter
+        sender.finish()
+    received = [queue.get(timeout=60) for _ in range(3)]
+    proc.join(timeout=30)
+    for want, got in zip(expected, received):
+        assert got.keys() == want.keys()
+        for name, t in want.items():
+            assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
