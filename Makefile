@@ -18,3 +18,14 @@ train: setup
 
 test: setup
 	$(PY) -m pytest
+
+# TRL in an environment of its own, for benchmarks/vs_trl.py only (not a dependency of memrl).
+TRL_VENV ?= .venv-trl
+$(TRL_VENV)/.installed:
+	python3 -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install -q torch==2.13.0
+	$(TRL_VENV)/bin/pip install -q trl==1.16.0 transformers==5.19.0
+	touch $@
+
+.PHONY: bench-trl-env
+bench-trl-env: $(TRL_VENV)/.installed

@@ -1,0 +1,40 @@
+"""The TRL comparison in its --quick form, run as a user runs it on a machine without TRL's environment: memrl's
+configurations are measured in processes of their own, TRL's row says why it was skipped, the plot is written."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_measures_memrl_and_names_a_missing_trl(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # each configuration starts its own Ray
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--quick", "--out", str(tmp_path),
+                           "--trl-python", str(tmp_path / "no-trl" / "python")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    results = json.loads((tmp_path / "vs_trl.json").read_text())
+    systems = results["systems"]
+    assert "no TRL environment" in systems["trl"]["skipped"]
+    assert set(systems) == {"trl", "memrl_torch_1L_sync", "memrl_torch_1L_async1"}
+    settings = results["settings"]
+    for name in ("memrl_torch_1L_sync", "memrl_torch_1L_async1"):
+        r = systems[name]
+        assert len(r["step_s_all"]) == settings["steps"] + settings["warmup_steps"], name
+        for key in ("startup_s", "step_s", "completions_per_s", "peak_pss_mb"):
+            assert math.isfinite(r[key]) and r[key] > 0, (name, key)
+        # every step trains the full batch: prompts x group size completions of at most max_tokens tokens
+        assert r["completions_per_s"] == pytest.approx(settings["num_prompts"] * settings["group_size"] / r["step_s"])
+        assert 0 < r["completion_tokens_mean"] <= settings["max_tokens"]
+        assert r["peak_pss_mb"] > 200  # Ray, the driver and the actors together
+    assert systems["memrl_torch_1L_async1"]["settings"]["max_staleness"] == 1
+    assert (tmp_path / "vs_trl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "skipped: no TRL environment" in proc.stdout
