@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AutoModelForCausalLM, DynamicCache
+from transformers import AttentionInterface, AutoModelForCausalLM, Cache
+from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
@@ -32,6 +33,33 @@ def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
 
 AttentionInterface.register(CPU_ATTENTION, _sdpa_gqa)
 AttentionMaskInterface.register(CPU_ATTENTION, sdpa_mask)
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """One layer's KV cache in buffers sized for the whole call: each step writes its keys and values in place and
+    the attention reads a view of the filled part, where transformers' DynamicLayer concatenates (a copy of the layer's
+    whole cache at every step)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self._length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            batch, _, _, _ = key_states.shape
+            self._keys = key_states.new_empty((batch, key_states.shape[1], self.capacity, key_states.shape[3]))
+            self._values = value_states.new_empty((batch, value_states.shape[1], self.capacity, value_states.shape[3]))
+            self.is_initialized = True
+        end = self._length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache of {self.capacity} positions cannot take position {end}")
+        self._keys[:, :, self._length : end] = key_states
+        self._values[:, :, self._length : end] = value_states
+        self._length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
 
 
 class TorchEngine(InferenceEngine):
@@ -95,7 +123,8 @@ class TorchEngine(InferenceEngine):
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             mask[row, width - len(prompt) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
+        layers = self.model.config.get_text_config().num_hidden_layers
+        cache = Cache(layers=[_PreallocatedLayer(width + sampling.max_tokens) for _ in range(layers)])
         logits = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -158,9 +187,17 @@ class TorchEngine(InferenceEngine):
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
             sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)
-            picked = torch.multinomial(sorted_probs, 1, generator=self.generator)
-            return order.gather(-1, picked)[:, 0]
-        return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+            return order.gather(-1, self._draw(sorted_probs)[:, None])[:, 0]
+        return self._draw(probs)
+
+    def _draw(self, weights: torch.Tensor) -> torch.Tensor:
+        """One index per row of [B, V] non-negative weights, with probability proportional to its weight: the first
+        index whose running sum passes a uniform draw scaled to the row's total. One random number per row, where
+        torch.multinomial draws a vocabulary's worth (most of a decode step's sampling time on CPU)."""
+        running = weights.double().cumsum(dim=-1)
+        draw = torch.rand((weights.shape[0], 1), generator=self.generator, device=weights.device,
+                          dtype=torch.float64) * running[:, -1:]
+        return torch.searchsorted(running, draw, right=True)[:, 0].clamp_(max=weights.shape[-1] - 1)
 
     @torch.inference_mode()
     def reseed(self, seed: int) -> None:

@@ -110,6 +110,21 @@ def test_top_p_samples_only_inside_the_nucleus(engine, reference):
             assert mass_before < top_p + 1e-5
 
 
+def test_samples_follow_the_tempered_model_distribution(engine, reference):
+    """Many draws of one prompt's first token: the frequency of each of the 20 likeliest tokens is its probability
+    under softmax(logits / T) within 4 standard errors, and a token of probability 0 is never drawn."""
+    prompt, temperature, draws = PROMPTS[0], 0.1, 4000
+    outs = engine.generate([prompt] * draws, SamplingConfig(max_tokens=1, temperature=temperature))
+    probs = torch.softmax(reference_logits(reference, prompt, [0])[0] / temperature, -1).double()
+    freqs = torch.bincount(torch.tensor([o.token_ids[0] for o in outs]), minlength=probs.numel()).double() / draws
+    top = probs.topk(20).indices
+    assert ((freqs[top] - probs[top]).abs() <= 4 * (probs[top] * (1 - probs[top]) / draws).sqrt()).all()
+
+    weights = torch.tensor([[0.1, 0.0, 0.2, 0.7]]).expand(20000, 4).contiguous()
+    drawn = torch.bincount(engine._draw(weights), minlength=4).double() / 20000
+    assert drawn[1] == 0 and torch.allclose(drawn, torch.tensor([0.1, 0.0, 0.2, 0.7], dtype=torch.float64), atol=0.015)
+
+
 def test_same_seed_same_samples_different_seed_different(tiny_checkpoint):
     sampling = SamplingConfig(max_tokens=12, temperature=1.0)
     first = TorchEngine(tiny_checkpoint, seed=1).generate(PROMPTS, sampling)
