@@ -137,6 +137,35 @@ class BucketReceiver:
                 offset += n
 
 
+@torch.no_grad()
+def into_buckets(params: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> list[torch.Tensor]:
+    """Move `params` (name -> parameter, values kept) into one flat tensor per bucket of `plan_buckets(metas,
+    bucket_bytes)`, each parameter becoming a view of its bucket: a broadcast received into the flat tensors then lands
+    in the parameters with no copy. Every name in `metas` must be a parameter of the same shape and dtype; a parameter
+    not in `metas` is left as it is."""
+    flats = []
+    for bucket in plan_buckets(metas, bucket_bytes):
+        members = []
+        for name, shape, dtype in bucket:
+            param = params.get(name)
+            if param is None:
+                raise KeyError(f"weight sync: unknown parameter name {name!r}; the model has {len(params)} parameters "
+                               f"named like: {', '.join(list(params)[:5])}, ...")
+            if tuple(param.shape) != tuple(shape) or param.dtype != _dtype(dtype):
+                raise ValueError(f"weight sync: parameter {name!r} is {tuple(param.shape)} {param.dtype}, the sender "
+                                 f"sends {tuple(shape)} {dtype}")
+            members.append(param)
+        flat = torch.empty(sum(p.numel() for p in members), dtype=members[0].dtype, device=members[0].device)
+        offset = 0
+        for param in members:
+            view = flat[offset : offset + param.numel()].view(param.shape)
+            view.copy_(param)
+            param.data = view
+            offset += param.numel()
+        flats.append(flat)
+    return flats
+
+
 def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
     """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
     sender = BucketSender(pg)

@@ -244,4 +244,35 @@ def test_broadcast_weight_sync_into_a_ray_actor(ray_session, tiny_checkpoint):
     torch.testing.assert_close(scored, reference_logprobs(perturbed, prompt, continuation), rtol=0, atol=1e-5)
     out = ray.get(actor.generate.remote([prompt], SamplingConfig(max_tokens=3)))[0]
     assert out.weight_version == 5
+
+    # The first receive made the parameters views of the buckets; the next ones land in them in place.
+    for version, seed in ((6, 12), (7, 13)):
+        perturbed = reference_model(tiny_checkpoint, perturb_seed=seed)
+        tensors = {name: p.detach() for name, p in perturbed.named_parameters()}
+        received = actor.receive_weights.remote(metas, version, bucket_bytes)
+        broadcast_send(pg, tensors, metas, bucket_bytes)
+        ray.get(received, timeout=120)
+        scored = torch.tensor(ray.get(actor.score.remote(prompt, continuation)))
+        torch.testing.assert_close(scored, reference_logprobs(perturbed, prompt, continuation), rtol=0, atol=1e-5)
+    ray.kill(actor)
+
+
+def test_weight_sync_into_a_model_of_another_dtype_copies_each_tensor(ray_session, tiny_checkpoint):
+    """A bfloat16 engine beside a float32 sender: the buckets arrive in float32 and each tensor is cast in."""
+    ray = ray_session
+    actor = ray.remote(TorchEngine).remote(str(tiny_checkpoint), seed=0, dtype="bfloat16")
+    perturbed = reference_model(tiny_checkpoint, perturb_seed=11)
+    tensors = {name: p.detach() for name, p in perturbed.named_parameters()}
+    metas = metas_of(tensors.items())
+    port = free_port()
+    joined = actor.init_weight_sync.remote("127.0.0.1", port, 1, 2, "gloo")
+    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=120)
+    ray.get(joined, timeout=120)
+    for version in (1, 2):
+        received = actor.receive_weights.remote(metas, version, 256 * 1024)
+        broadcast_send(pg, tensors, metas, 256 * 1024)
+        ray.get(received, timeout=120)
+    got = ray.get(actor.__ray_call__.remote(lambda self: {n: p.float() for n, p in self.model.named_parameters()}))
+    for name, t in tensors.items():
+        torch.testing.assert_close(got[name], t.to(torch.bfloat16).float(), rtol=0, atol=0)
     ray.kill(actor)
