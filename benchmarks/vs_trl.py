@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import elapsed_log, machine, parser, write
+from benchmarks.common import elapsed_log, machine, parser, process_start, write
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM_PROMPTS, GROUP_SIZE, MAX_TOKENS, LR, SEED = 8, 8, 32, 1e-5, 0
@@ -76,15 +76,6 @@ def memrl_runs(quick: bool) -> list[MemrlRun]:
 
 
 # -- the measured processes -----------------------------------------------------------------------------------
-
-
-def process_start() -> float:
-    """This process's creation time (seconds since the epoch), from /proc."""
-    with open("/proc/self/stat") as f:
-        start_ticks = int(f.read().rpartition(")")[2].split()[19])
-    with open("/proc/stat") as f:
-        boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
-    return boot + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def run_memrl(settings: dict) -> dict:

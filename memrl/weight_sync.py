@@ -166,9 +166,11 @@ def into_buckets(params: dict[str, torch.Tensor], metas: list[TensorMeta], bucke
     return flats
 
 
-def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
-    """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
-    sender = BucketSender(pg)
+def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int,
+                   sender: BucketSender | None = None) -> int:
+    """Rank 0: broadcast `tensors` bucket by bucket in `metas` order through `sender` (one of its own when None, so
+    its staging buffers last this call only); returns bytes sent."""
+    sender = sender or BucketSender(pg)
     sent = sum(sender.send([tensors[name] for name, _, _ in bucket]) for bucket in plan_buckets(metas, bucket_bytes))
     sender.finish()
     return sent

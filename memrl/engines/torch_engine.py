@@ -48,9 +48,8 @@ class _PreallocatedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.dtype, self.device = key_states.dtype, key_states.device
-            batch, _, _, _ = key_states.shape
-            self._keys = key_states.new_empty((batch, key_states.shape[1], self.capacity, key_states.shape[3]))
-            self._values = value_states.new_empty((batch, value_states.shape[1], self.capacity, value_states.shape[3]))
+            self._keys = key_states.new_empty((*key_states.shape[:2], self.capacity, key_states.shape[3]))
+            self._values = value_states.new_empty((*value_states.shape[:2], self.capacity, value_states.shape[3]))
             self.is_initialized = True
         end = self._length + key_states.shape[-2]
         if end > self.capacity:
