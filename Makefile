@@ -19,6 +19,18 @@ train: setup
 test: setup
 	$(PY) -m pytest
 
+# The GPU suite (tests/gpu) on a machine with a CUDA GPU, in an environment of its own: the CUDA builds of torch
+# and vLLM from the registry (the `gpu` extra).
+GPU_VENV ?= .venv-gpu
+$(GPU_VENV)/.installed: pyproject.toml
+	python3 -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install -q -e '.[gpu,dev]'
+	touch $@
+
+.PHONY: gpu-test
+gpu-test: $(GPU_VENV)/.installed
+	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu
+
 # TRL in an environment of its own, for benchmarks/vs_trl.py only (not a dependency of memrl).
 TRL_VENV ?= .venv-trl
 $(TRL_VENV)/.installed:

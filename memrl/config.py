@@ -453,6 +453,13 @@ class AlgorithmConfig(_Config):
                 "num_cpus_per_learner": learn.num_cpus_per_learner,
                 "call_timeout_s": faults.learner_timeout_s, "start_timeout_s": faults.actor_start_timeout_s}
 
+    def weight_sync_backend(self) -> str:
+        """The learner-to-engine broadcast's backend: NCCL where the learners and the engines each hold whole GPUs
+        (NCCL takes one rank per GPU), gloo otherwise: on CPUs, and where a learner and an engine share a GPU by
+        fractions (gloo moves CUDA tensors through host memory)."""
+        learn, run = self.learners_cfg, self.env_runners_cfg
+        return "nccl" if learn.num_gpus_per_learner >= 1 and run.num_gpus_per_engine >= 1 else "gloo"
+
     def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
         """The algorithm's actors that reserve resources, as (name, count, CPUs each, GPUs each, the setting that
         sizes them). Env runners reserve none (they wait on an engine)."""

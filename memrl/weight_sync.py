@@ -1,7 +1,8 @@
 """Bucketed broadcast of model weights from learner rank 0 to inference engines.
 
 The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines.
-gloo on CPU, NCCL on GPU; the same three calls on both sides.
+NCCL where every rank holds a GPU of its own, gloo otherwise (CPUs, or CUDA tensors of ranks sharing a GPU, which
+gloo moves through host memory); the same three calls on both sides.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from memrl.cluster import VERBOSE_ENV, ensure_ray
 from memrl.config import AlgorithmConfig
+from memrl.engines import ENGINES
 from memrl.models import tiny
 from memrl.stats import eval_summary, paired_interval, reward_interval
 
@@ -27,6 +28,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", help="local Hugging Face checkpoint (default: the example's CPU starting policy)")
     p.add_argument("--num-gpus", type=int, default=0, help="GPUs to use; 0 runs the CPU default")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="vllm",
+                   help="inference engine of a GPU run (--num-gpus): vllm, or the reference torch engine")
     p.add_argument("--iterations", type=int, help="training iterations (default: the example's own)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<example>)")
     p.add_argument("--verbose", action="store_true",
@@ -69,14 +72,27 @@ def default_model() -> str:
 
 
 def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
-    """Half the GPUs train (one learner each), half serve (one vLLM engine each)."""
-    learners = max(1, num_gpus // 2)
-    engines = max(1, num_gpus - learners)
-    return (config.learners(num_learners=learners, num_gpus_per_learner=1, dtype="bfloat16")
-            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=1, num_env_runners=2 * engines,
-                         engine_config={"kv_cache_bytes": 8 * 1024**3, "dtype": "bfloat16"})
+    """Half the GPUs train (one learner each), half serve (one vLLM engine each); on a single GPU the learner and
+    the engine share it, half each (a small model; the weights then travel over gloo, as NCCL takes one rank per
+    GPU)."""
+    if num_gpus < 1:
+        raise ValueError(f"num_gpus must be >= 1 for a GPU preset, got {num_gpus}")
+    learners, engines, share = max(1, num_gpus // 2), max(1, num_gpus - num_gpus // 2), 0.5 if num_gpus == 1 else 1
+    kv_cache = (2 if num_gpus == 1 else 8) * 1024**3
+    return (config.learners(num_learners=learners, num_gpus_per_learner=share, dtype="bfloat16")
+            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=share, num_env_runners=2 * engines,
+                         engine_config={"kv_cache_bytes": kv_cache, "dtype": "bfloat16"})
             # An autoscaling cluster (cluster.yaml) brings its GPU nodes only once the actors ask for them.
             .debugging(check_resources=False))
+
+
+def use_engine(config: AlgorithmConfig, engine: str) -> AlgorithmConfig:
+    """A GPU preset served by `engine` (--engine): the presets are written for vLLM; the reference TorchEngine
+    keeps their dtype and max_model_len, and vLLM's KV-cache size does not apply to it."""
+    if engine == config.env_runners_cfg.engine:
+        return config
+    kept = {k: v for k, v in config.env_runners_cfg.engine_config.items() if k in ("dtype", "max_model_len")}
+    return config.env_runners(engine=engine, engine_config=kept)
 
 
 def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
@@ -93,7 +109,7 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
     init_ray(args.num_gpus)
     served = serve() if serve else None  # noqa: F841 (the actor lives as long as its handle)
     if args.num_gpus:
-        cfg, iterations = gpu_config(), args.iterations or gpu_iterations
+        cfg, iterations = use_engine(gpu_config(), args.engine), args.iterations or gpu_iterations
     else:
         cfg, iterations = cpu_config(), args.iterations or cpu_iterations
     return train(cfg, iterations, args.out or RUNS / name, metric)

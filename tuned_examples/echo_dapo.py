@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import DAPOConfig
-from tuned_examples.common import RUNS, default_model, init_ray, parser, size_for_gpus, train
+from tuned_examples.common import RUNS, default_model, init_ray, parser, size_for_gpus, train, use_engine
 
 
 def config(model: str) -> DAPOConfig:
@@ -29,7 +29,7 @@ def main() -> None:
     init_ray(args.num_gpus)
     cfg = config(args.model or default_model())
     if args.num_gpus:
-        cfg = size_for_gpus(cfg, args.num_gpus)
+        cfg = use_engine(size_for_gpus(cfg, args.num_gpus), args.engine)
     train(cfg, args.iterations or 10, args.out or RUNS / Path(__file__).stem)
 
 

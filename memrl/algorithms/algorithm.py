@@ -115,7 +115,7 @@ class Algorithm(Recovery, tune.Trainable):
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)
-        backend = "nccl" if self.cfg.learners_cfg.num_gpus_per_learner > 0 else "gloo"
+        backend = self.cfg.weight_sync_backend()
         learner_ip = self.learner_group.node_ip()
         engine_ips = get([e.node_ip.remote() for e in self.engines], self.cfg.fault_tolerance_cfg.actor_start_timeout_s,
                          "engines' node addresses", "fault_tolerance.actor_start_timeout_s")

@@ -67,6 +67,8 @@ class TorchEngine(InferenceEngine):
     The same seed and the same calls in the same order give identical outputs. Logprobs are
     those of the raw model distribution (temperature 1, no top-p), as the learner recomputes them.
     Generation ends only on `sampling.stop_token_ids` or `max_tokens`; the model's EOS is not implied.
+    `device` defaults to the GPU where one is visible, else the CPU; `max_model_len` (prompt and reply together)
+    to the model's positions.
     """
 
     def __init__(
@@ -74,14 +76,16 @@ class TorchEngine(InferenceEngine):
         model_path: str | Path,
         seed: int = 0,
         dtype: str = "float32",
-        device: str = "cpu",
+        device: str | None = None,
         max_batch_size: int = 64,
+        max_model_len: int | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"TorchEngine dtype {dtype!r} is not supported; allowed: {sorted(DTYPES)}")
         if max_batch_size < 1:
             raise ValueError(f"TorchEngine max_batch_size must be >= 1, got {max_batch_size}")
-        self.device = torch.device(device)
+        # Inside a Ray actor CUDA is visible only where the actor reserved a GPU.
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.max_batch_size = max_batch_size
         # On GPUs transformers' sdpa picks fused kernels, which take grouped-query attention only without a mask.
         attention = CPU_ATTENTION if self.device.type == "cpu" else "sdpa"
@@ -89,7 +93,11 @@ class TorchEngine(InferenceEngine):
                                                           attn_implementation=attention)
         self.model.to(self.device).eval().requires_grad_(False)
         self.vocab_size: int = self.model.config.get_text_config().vocab_size
-        self._max_model_len: int = self.model.config.get_text_config().max_position_embeddings
+        positions = self.model.config.get_text_config().max_position_embeddings
+        if max_model_len is not None and not 0 < max_model_len <= positions:
+            raise ValueError(f"TorchEngine max_model_len must be in 1..{positions} (the model's positions), "
+                             f"got {max_model_len}")
+        self._max_model_len: int = max_model_len or positions
         self.pad_id = _pad_id(self.model.config)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.weight_version = 0
@@ -105,7 +113,7 @@ class TorchEngine(InferenceEngine):
             self._check_ids(prompt, f"prompt {i}")
             if len(prompt) >= self._max_model_len:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; the model holds {self._max_model_len} "
-                                 f"(max_position_embeddings), so a prompt may have at most {self._max_model_len - 1}")
+                                 f"(max_model_len), so a prompt may have at most {self._max_model_len - 1}")
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.max_batch_size):
             outputs.extend(self._generate_batch(prompts[start : start + self.max_batch_size], sampling))

@@ -173,6 +173,15 @@ def test_responses_stop_where_the_model_context_ends(engine):
         engine.generate([[7] * window], GREEDY)
 
 
+def test_max_model_len_caps_the_window_below_the_model(tiny_checkpoint):
+    short = TorchEngine(tiny_checkpoint, max_model_len=16)
+    assert short.max_model_len() == 16
+    outs = short.generate([[7] * 10], GREEDY)
+    assert len(outs[0].token_ids) == 6 and outs[0].finish_reason == "length"
+    with pytest.raises(ValueError, match=r"prompt 0 has 16 tokens.*at most 15"):
+        short.generate([[7] * 16], GREEDY)
+
+
 def test_bad_token_ids_are_named(engine):
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         engine.generate([[1, 2], []], GREEDY)
@@ -187,6 +196,8 @@ def test_bad_constructor_arguments_are_named(tiny_checkpoint):
         TorchEngine(tiny_checkpoint, dtype="float8")
     with pytest.raises(ValueError, match="max_batch_size"):
         TorchEngine(tiny_checkpoint, max_batch_size=0)
+    with pytest.raises(ValueError, match=r"max_model_len must be in 1\.\.\d+ \(the model's positions\), got 1000000"):
+        TorchEngine(tiny_checkpoint, max_model_len=10**6)
 
 
 def test_load_weights_replaces_the_model(tiny_checkpoint):

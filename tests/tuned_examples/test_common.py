@@ -4,8 +4,9 @@ import argparse
 
 import pytest
 
+from memrl.algorithms import DAPOConfig
 from memrl.episode import Trajectory
-from tuned_examples.common import heldout_summary, score, trained_policy
+from tuned_examples.common import heldout_summary, score, size_for_gpus, trained_policy, use_engine
 
 
 def _trajectory(reward: float, r_acc: float, failure: str | None = None) -> Trajectory:
@@ -45,3 +46,27 @@ def test_policy_arg_reads_name_checkpoint_and_workflow():
             policy_arg(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="is not one of"):
         policy_arg("RL=runs/model:mem1", workflows=("react",))
+
+
+@pytest.mark.parametrize("num_gpus, learners, engines, share, backend", [
+    (1, 1, 1, 0.5, "gloo"), (2, 1, 1, 1, "nccl"), (16, 8, 8, 1, "nccl")])
+def test_gpu_presets_split_the_gpus_and_share_a_single_one(num_gpus, learners, engines, share, backend):
+    cfg = size_for_gpus(DAPOConfig().learners(model_path="/ckpt"), num_gpus)
+    learn, run = cfg.learners_cfg, cfg.env_runners_cfg
+    assert (learn.num_learners, learn.num_gpus_per_learner) == (learners, share)
+    assert (run.num_engines, run.num_gpus_per_engine, run.engine) == (engines, share, "vllm")
+    assert cfg.resources()[0]["GPU"] == num_gpus
+    assert cfg.weight_sync_backend() == backend
+    with pytest.raises(ValueError, match="num_gpus must be >= 1"):
+        size_for_gpus(cfg, 0)
+
+
+def test_a_gpu_preset_can_be_served_by_the_torch_engine():
+    def preset():
+        return size_for_gpus(DAPOConfig(), 2).env_runners(
+            engine_config={"kv_cache_bytes": 1 << 30, "dtype": "bfloat16", "max_model_len": 8192})
+
+    torch_cfg = use_engine(preset(), "torch")
+    assert torch_cfg.env_runners_cfg.engine == "torch"
+    assert torch_cfg.env_runners_cfg.engine_config == {"dtype": "bfloat16", "max_model_len": 8192}
+    assert use_engine(preset(), "vllm").env_runners_cfg.engine_config["kv_cache_bytes"] == 1 << 30

@@ -1,8 +1,9 @@
 """The learner and the torch engine on CUDA: a bf16 ZeRO-3 learner that scores, trains and saves like the CPU one,
-an engine whose sampled logprobs the learner reproduces, and weights broadcast to an engine over NCCL.
+an engine whose sampled logprobs the learner reproduces, and weights broadcast to an engine over NCCL that then
+samples what the learner scores.
 
 Skipped where torch sees no CUDA device (CI), the NCCL test where it sees fewer than two (NCCL refuses two ranks on
-one GPU). On a GPU machine: `pytest tests/learner/test_learner_cuda.py`.
+one GPU). On a GPU machine: `make gpu-test`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from memrl.learner.learner import Learner
 from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.losses import LossConfig
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 LOOPBACK = "127.0.0.1"
 BF16_LOGPROB_TOL = 0.1
 """Largest per-token logprob gap allowed between two bf16 computations of the same tokens (different kernels and
 batch shapes round differently; a wrong position or weight is off by whole nats)."""
+PROMPTS = [[5, 17, 40, 2], [9, 9, 31], [100, 200, 300, 400, 500]]
 
 
 def _start_learner(model_path, **overrides) -> Learner:
@@ -89,14 +91,13 @@ def test_bf16_engine_samples_what_the_learner_scores(learner, tiny_checkpoint):
     engine = TorchEngine(tiny_checkpoint, seed=3, dtype="bfloat16", device="cuda")
     state = learner.gather_state_dict_for_sync()
     engine.load_weights(state.items(), version=1)  # the learner's weights, trained or not
-    prompts = [[5, 17, 40, 2], [9, 9, 31], [100, 200, 300, 400, 500]]
     sampling = SamplingConfig(max_tokens=12, temperature=1.0)
-    outputs = engine.generate(prompts, sampling)
+    outputs = engine.generate(PROMPTS, sampling)
     assert [o.weight_version for o in outputs] == [1, 1, 1]
     engine.reseed(3)
-    assert [o.token_ids for o in engine.generate(prompts, sampling)] == [o.token_ids for o in outputs]
+    assert [o.token_ids for o in engine.generate(PROMPTS, sampling)] == [o.token_ids for o in outputs]
     rows = [{"prompt_ids": np.array(p, np.int32), "response_ids": np.array(o.token_ids, np.int32)}
-            for p, o in zip(prompts, outputs)]
+            for p, o in zip(PROMPTS, outputs)]
     learner_logprobs, _ = learner.compute_logprobs(rows)
     for out, lp in zip(outputs, learner_logprobs):
         assert np.abs(np.array(out.logprobs) - lp).max() < BF16_LOGPROB_TOL
@@ -109,17 +110,20 @@ def _free_port() -> int:
 
 
 def _engine_receives(model_path, port, metas, queue) -> None:
-    """Rank 1 of the weight-sync group, on GPU 1 in its own process: receive, then report the weights' sums."""
+    """Rank 1 of the weight-sync group, on GPU 1 in its own process: receive, then report the weights' sums and
+    what the engine samples under them (tokens and logprobs)."""
     torch.cuda.set_device(1)
     engine = TorchEngine(model_path, dtype="bfloat16", device="cuda:1")
     engine.init_weight_sync(LOOPBACK, port, 1, 2, "nccl")
     engine.receive_weights(metas, version=7, bucket_bytes=1 << 16)
     params = dict(engine.model.named_parameters())
-    queue.put((engine.weight_version, {name: params[name].float().sum().item() for name, _, _ in metas}))
+    outputs = engine.generate(PROMPTS, SamplingConfig(max_tokens=12, temperature=1.0))
+    queue.put((engine.weight_version, {name: params[name].float().sum().item() for name, _, _ in metas},
+               [(o.token_ids, o.logprobs) for o in outputs]))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per rank: the learner's and the engine's")
-def test_weights_reach_an_engine_over_nccl(learner, tiny_checkpoint):
+def test_weights_reach_an_engine_over_nccl_and_it_samples_what_the_learner_scores(learner, tiny_checkpoint):
     metas = learner.weight_metas()
     port = _free_port()
     ctx = mp.get_context("spawn")
@@ -129,7 +133,7 @@ def test_weights_reach_an_engine_over_nccl(learner, tiny_checkpoint):
     try:
         learner.init_weight_sync(LOOPBACK, port, 2, "nccl")
         sent = learner.broadcast_weights(version=7, bucket_bytes=1 << 16)
-        version, sums = queue.get(timeout=300)
+        version, sums, samples = queue.get(timeout=300)
     finally:
         proc.join(timeout=60)
         if proc.is_alive():
@@ -138,3 +142,7 @@ def test_weights_reach_an_engine_over_nccl(learner, tiny_checkpoint):
     assert version == 7 and sent["bytes"] == sum(t.numel() * t.element_size() for t in state.values())
     for name, total in sums.items():
         assert total == pytest.approx(state[name].float().sum().item(), rel=1e-3, abs=1e-3)
+    rows = [{"prompt_ids": np.array(p, np.int32), "response_ids": np.array(ids, np.int32)}
+            for p, (ids, _) in zip(PROMPTS, samples)]
+    for (_, engine_logprobs), lp in zip(samples, learner.compute_logprobs(rows)[0]):
+        assert np.abs(np.array(engine_logprobs) - lp).max() < BF16_LOGPROB_TOL
