@@ -192,7 +192,7 @@ class DebuggingConfig:
     seed: int = 0
     """Seeds task order, sampling and model init; the same seed reproduces a run."""
     wandb_project: str | None = None
-    """wandb project to log to (offline unless WANDB_API_KEY is set); None disables wandb."""
+    """wandb project to log to (offline unless WANDB_API_KEY is set); None, or WANDB_MODE=disabled, disables wandb."""
     progress_bars: bool = True
     """Show a progress bar per phase (held-out evaluation before, training iterations, evaluation after) in the
     tuned examples' train loop (tuned_examples.common.train)."""

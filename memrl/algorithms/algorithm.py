@@ -78,7 +78,8 @@ class Algorithm(Recovery, tune.Trainable):
         self._eval_overrides: dict | None = None
         self._init_weight_sync()
         self._wandb = None
-        if dbg.wandb_project:
+        # WANDB_MODE=disabled is wandb's own off switch; honoured without importing wandb.
+        if dbg.wandb_project and os.environ.get("WANDB_MODE") != "disabled":
             import wandb
 
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"

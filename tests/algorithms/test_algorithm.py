@@ -163,9 +163,14 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
 
 
-def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_session, tiny_checkpoint):
-    algo = _config(tiny_checkpoint, "torch").training(num_minibatches=2).build()
+def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_session, tiny_checkpoint, tmp_path,
+                                                                          monkeypatch):
+    # WANDB_MODE=disabled turns a configured wandb project off: nothing is written.
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    algo = _config(tiny_checkpoint, "torch").training(num_minibatches=2).debugging(wandb_project="memrl-test").build()
     result = algo.train()
+    assert algo._wandb is None and not (tmp_path / "wandb").exists()
     learners = result["learners"]
     assert learners["optimizer_steps"] == 2
     assert learners["rows"] == result["counters"]["conversations_trained"] == 24
