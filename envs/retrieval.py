@@ -170,8 +170,10 @@ class ActorRetriever:
 
 
 def start_retrieval_server(passages: Sequence[Passage], name: str | None = None, num_cpus: float = 1,
-                           max_restarts: int = -1, timeout_s: float = 60.0) -> ActorRetriever:
+                           max_restarts: int = -1, timeout_s: float = 60.0,
+                           resources: dict | None = None) -> ActorRetriever:
     """Starts a RetrievalServer actor over `passages` and returns a client of it (searches bounded by `timeout_s`).
+    It reserves `num_cpus` and the Ray custom `resources`, which place it on the nodes that offer them.
 
     With a `name`, this is get-or-create: if an actor of that name already runs, the client talks to it and
     `passages` are ignored, so every runner can call this without building a second index. An actor that dies is
@@ -180,7 +182,8 @@ def start_retrieval_server(passages: Sequence[Passage], name: str | None = None,
     """
     import ray
 
-    options = {"num_cpus": num_cpus, "max_restarts": max_restarts, "max_task_retries": -1 if max_restarts else 0}
+    options = {"num_cpus": num_cpus, "max_restarts": max_restarts, "max_task_retries": -1 if max_restarts else 0,
+               "resources": resources or {}}
     if name is not None:
         options.update(name=name, get_if_exists=True)
     return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)), timeout_s)

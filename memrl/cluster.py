@@ -101,8 +101,11 @@ def check_resources(needs: dict[str, float], owner: str, parts: list[str], setti
         return
     have = ", ".join(f"{total.get(k, 0.0):g} {k}" for k in needs)
     want = ", ".join(f"{v:g} {k}" for k, v in needs.items())
+    custom = sorted(k for k in short if k not in ("CPU", "GPU"))
+    nodes = (f" Custom resources ({', '.join(custom)}) come from the nodes that offer them: "
+             "`ray start --resources='{\"NAME\": AMOUNT}'` on each, or ray.init(resources=...).") if custom else ""
     raise RuntimeError(
         f"{owner} needs {want} for its actors ({' + '.join(parts)}), but {where} {have}. "
         f"Lower {', '.join(settings)}, or start Ray with more (e.g. ray.init(num_cpus=...), or let memrl start it: "
-        "call build() before ray.init()). On an autoscaling cluster whose nodes come only when asked for, set "
-        "debugging(check_resources=False).")
+        f"call build() before ray.init()).{nodes} On an autoscaling cluster whose nodes come only when asked for, "
+        "set debugging(check_resources=False).")

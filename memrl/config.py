@@ -65,6 +65,12 @@ class EnvRunnersConfig:
     num_cpus_per_engine: int = 1
     """CPUs each engine actor reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU engine computes on as
     many threads. Raise it where the engine has cores to itself (e.g. synchronous training on a small machine)."""
+    resources_per_engine: dict = field(default_factory=dict)
+    """Ray custom resources each engine reserves, which places engines on the nodes that offer them: e.g.
+    {"engine_node": 1} with those nodes started `ray start --resources='{"engine_node": 8}'`."""
+    resources_per_env_runner: dict = field(default_factory=dict)
+    """Ray custom resources each env runner reserves (runners reserve no CPU): e.g. {"head": 0.01} keeps them on
+    a head node started with `--resources='{"head": 1}'`."""
     max_tokens: int = 64
     """Most new tokens per call."""
     temperature: float = 1.0
@@ -91,6 +97,9 @@ class LearnersConfig:
     num_cpus_per_learner: int = 1
     """CPUs each learner reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU learner trains on as many
     threads (one learner on a 2-core machine: 2)."""
+    resources_per_learner: dict = field(default_factory=dict)
+    """Ray custom resources each learner reserves, which places learners on the nodes that offer them: e.g.
+    {"learner_node": 1} with those nodes started `ray start --resources='{"learner_node": 8}'`."""
     token_budget: int = 8192
     """Most padded tokens per micro-batch."""
     dtype: str = "float32"
@@ -373,6 +382,10 @@ class AlgorithmConfig(_Config):
             "training.dynamic_sampling_max_rounds": train.dynamic_sampling_max_rounds,
             "evaluation.evaluation_num_tasks": self.evaluation_cfg.evaluation_num_tasks,
         }
+        for setting, custom in (("learners.resources_per_learner", learn.resources_per_learner),
+                                ("env_runners.resources_per_engine", run.resources_per_engine),
+                                ("env_runners.resources_per_env_runner", run.resources_per_env_runner)):
+            check_custom_resources(setting, custom)
         faults = self.fault_tolerance_cfg
         positive["fault_tolerance.max_actor_failures"] = faults.max_actor_failures
         for name in ("failure_window_s", "actor_start_timeout_s", "engine_call_timeout_s", "sample_timeout_s",
@@ -451,6 +464,7 @@ class AlgorithmConfig(_Config):
         learn, faults = self.learners_cfg, self.fault_tolerance_cfg
         return {"num_learners": learn.num_learners, "num_gpus_per_learner": learn.num_gpus_per_learner,
                 "num_cpus_per_learner": learn.num_cpus_per_learner,
+                "resources_per_learner": learn.resources_per_learner,
                 "call_timeout_s": faults.learner_timeout_s, "start_timeout_s": faults.actor_start_timeout_s}
 
     def weight_sync_backend(self) -> str:
@@ -460,21 +474,36 @@ class AlgorithmConfig(_Config):
         learn, run = self.learners_cfg, self.env_runners_cfg
         return "nccl" if learn.num_gpus_per_learner >= 1 and run.num_gpus_per_engine >= 1 else "gloo"
 
-    def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
-        """The algorithm's actors that reserve resources, as (name, count, CPUs each, GPUs each, the setting that
-        sizes them). Env runners reserve none (they wait on an engine)."""
+    def actor_groups(self) -> list[tuple[str, int, int, float, dict, str]]:
+        """The algorithm's actors that reserve resources, as (name, count, CPUs each, GPUs each, custom resources
+        each, the setting that sizes them). Env runners reserve no CPU (they wait on an engine), only their custom
+        resources."""
         run, learn = self.env_runners_cfg, self.learners_cfg
-        return [("learners", learn.num_learners, learn.num_cpus_per_learner, learn.num_gpus_per_learner,
-                 "learners(num_learners=..., num_cpus_per_learner=..., num_gpus_per_learner=...)"),
-                ("engines", run.num_engines, run.num_cpus_per_engine, run.num_gpus_per_engine,
-                 "env_runners(num_engines=..., num_cpus_per_engine=..., num_gpus_per_engine=...)")]
+        groups = [("learners", learn.num_learners, learn.num_cpus_per_learner, learn.num_gpus_per_learner,
+                   learn.resources_per_learner,
+                   "learners(num_learners=..., num_cpus_per_learner=..., num_gpus_per_learner=..., "
+                   "resources_per_learner=...)"),
+                  ("engines", run.num_engines, run.num_cpus_per_engine, run.num_gpus_per_engine,
+                   run.resources_per_engine,
+                   "env_runners(num_engines=..., num_cpus_per_engine=..., num_gpus_per_engine=..., "
+                   "resources_per_engine=...)")]
+        if run.resources_per_env_runner:
+            groups.append(("env runners", run.num_env_runners, 0, 0.0, run.resources_per_env_runner,
+                           "env_runners(num_env_runners=..., resources_per_env_runner=...)"))
+        return groups
 
     def resources(self) -> tuple[dict[str, float], list[str]]:
-        """CPUs and GPUs the algorithm's actors reserve ({"CPU": n, "GPU": m}), and how they add up, in words."""
+        """The resources the algorithm's actors reserve ({"CPU": n, "GPU": m, and any custom ones}), and how they
+        add up, in words."""
         groups = self.actor_groups()
-        needs = {"CPU": float(sum(count * cpus for _, count, cpus, _, _ in groups)),
-                 "GPU": sum(count * gpus for _, count, _, gpus, _ in groups)}
-        return needs, [f"{count} {name} x ({cpus} CPU, {gpus:g} GPU)" for name, count, cpus, gpus, _ in groups]
+        needs = {"CPU": float(sum(count * cpus for _, count, cpus, *_ in groups)),
+                 "GPU": sum(count * gpus for _, count, _, gpus, *_ in groups)}
+        for _, count, _, _, custom, _ in groups:
+            for key, amount in custom.items():
+                needs[key] = needs.get(key, 0.0) + count * amount
+        parts = [f"{count} {name} x ({', '.join(_amounts(cpus, gpus, custom))})"
+                 for name, count, cpus, gpus, custom, _ in groups]
+        return needs, parts
 
     def check_resources(self, total: dict[str, float] | None = None) -> None:
         """Fail at once, naming the settings, when the running Ray cluster (or one with `total` resources) cannot
@@ -535,3 +564,21 @@ class AlgorithmConfig(_Config):
     def copy(self) -> AlgorithmConfig:
         """An independent copy."""
         return copy.deepcopy(self)
+
+
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+"""Ray's own resource names, which the num_cpus/num_gpus settings (or Ray itself) set, never a custom resource."""
+
+
+def check_custom_resources(setting: str, custom: dict) -> None:
+    """Raise ValueError unless `custom` maps custom resource names (not Ray's own) to amounts > 0."""
+    for key, amount in custom.items():
+        if not isinstance(key, str) or not key or key in RESERVED_RESOURCES:
+            raise ValueError(f"{setting} has the key {key!r}; its keys are custom resource names (not "
+                             f"{', '.join(RESERVED_RESOURCES)}: num_cpus_*/num_gpus_* set those)")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
+            raise ValueError(f"{setting}[{key!r}]={amount!r} is not allowed; it must be a number > 0")
+
+
+def _amounts(cpus: float, gpus: float, custom: dict) -> list[str]:
+    return [f"{cpus:g} CPU", f"{gpus:g} GPU", *(f"{amount:g} {key}" for key, amount in custom.items())]

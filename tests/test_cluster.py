@@ -1,4 +1,6 @@
-"""Ray sizing: a config whose actors cannot fit fails before any actor starts, naming what to change."""
+"""Ray sizing and placement: a config whose actors cannot fit fails before any actor starts, naming what to change;
+actors go to the nodes their custom resources name, on a real multi-node cluster (one machine), which survives losing
+a node."""
 
 import pytest
 import ray
@@ -71,3 +73,133 @@ def test_actor_output_reaches_the_console_only_when_asked_for(tmp_path, verbose)
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("library chatter from an actor" in proc.stdout + proc.stderr) == verbose
+
+
+def test_custom_resources_count_in_the_needs_and_are_checked(tiny_checkpoint):
+    config = (_config(tiny_checkpoint).learners(num_learners=2, resources_per_learner={"learner_node": 1})
+              .env_runners(num_engines=2, num_env_runners=4, resources_per_engine={"engine_node": 1},
+                           resources_per_env_runner={"head": 0.25}))
+    needs, parts = config.resources()
+    assert needs == {"CPU": 4.0, "GPU": 0.0, "learner_node": 2.0, "engine_node": 2.0, "head": 1.0}
+    assert parts == ["2 learners x (1 CPU, 0 GPU, 1 learner_node)", "2 engines x (1 CPU, 0 GPU, 1 engine_node)",
+                     "4 env runners x (0 CPU, 0 GPU, 0.25 head)"]
+    with pytest.raises(RuntimeError, match=r"needs 4 CPU, 0 GPU, 2 learner_node.*have 8 CPU, 0 GPU, 0 learner_node.*"
+                                           r"resources_per_learner.*Custom resources \(learner_node\) come from the "
+                                           r"nodes that offer them: `ray start --resources="):
+        config.check_resources({"CPU": 8.0, "GPU": 0.0, "engine_node": 2.0, "head": 1.0})
+    config.check_resources({"CPU": 8.0, "GPU": 0.0, "learner_node": 2.0, "engine_node": 2.0, "head": 1.0})
+    for bad, message in ((_config(tiny_checkpoint).learners(resources_per_learner={"GPU": 1}),
+                          r"learners.resources_per_learner has the key 'GPU'; its keys are custom resource names"),
+                         (_config(tiny_checkpoint).env_runners(resources_per_engine={"engine_node": 0}),
+                          r"env_runners.resources_per_engine\['engine_node'\]=0 is not allowed; it must be a number "
+                          r"> 0")):
+        with pytest.raises(ValueError, match=message):
+            bad.validate()
+
+
+_MULTINODE = """
+import json, os, sys, threading, time
+import ray
+from ray.cluster_utils import Cluster
+from envs.retrieval import Passage, start_retrieval_server
+from memrl.algorithms import DAPOConfig
+
+# A head for the driver and env runners, a learner node and two engine nodes: separate raylets on one machine.
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 1}})
+learner_node = cluster.add_node(num_cpus=2, resources={"learner_node": 2})
+engine_nodes = [cluster.add_node(num_cpus=2, resources={"engine_node": 1}) for _ in range(2)]
+cluster.wait_for_nodes()
+os.environ["RAY_ADDRESS"] = cluster.address  # build() joins the running cluster, as under `ray submit`
+config = (DAPOConfig()
+          .environment("memrl/Echo-v0", env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
+          .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6,
+                       resources_per_engine={"engine_node": 1}, resources_per_env_runner={"head": 0.1})
+          .learners(model_path=sys.argv[1], num_learners=1, token_budget=256,
+                    resources_per_learner={"learner_node": 1})
+          .training(lr=1e-3, tasks_per_iteration=3, group_size=4, dynamic_sampling=False)
+          .fault_tolerance(engine_call_timeout_s=10)
+          .debugging(seed=3, progress_bars=False))
+algo = config.build()
+
+
+def node_of(actor):
+    return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=60)
+
+
+def placement():
+    return {"learners": [node_of(a) for a in algo.learner_group.learners],
+            "engines": [node_of(e) for e in algo.engines],
+            "runners": [node_of(r) for r in algo.env_runner_group.runners]}
+
+
+def engine_state():  # the engine's weight version, and whether its weights are the learner's
+    state = algo.learner_group.gather_state_dict()
+    version, sums = ray.get(algo.engines[0].__ray_call__.remote(lambda self: (
+        self.weight_version, {n: p.double().sum().item() for n, p in self.model.named_parameters()})), timeout=60)
+    return version, all(abs(t - state[n].double().sum().item()) < 1e-9 for n, t in sums.items())
+
+
+retrieval = start_retrieval_server([Passage("0", "Kema", "Kema was born in Hulport.")], num_cpus=0,
+                                   resources={"learner_node": 0.5})
+out = {"head": cluster.head_node.node_id, "learner_node": learner_node.node_id,
+       "engine_nodes": [n.node_id for n in engine_nodes], "placed": placement(), "results": [algo.train()],
+       "retrieval": [node_of(retrieval.actor), retrieval.search(["Kema"], 1)[0][0]["title"]]}
+out["engine_state"] = [engine_state()]
+# The node of the only engine goes away while the next iteration samples.
+victim = next(n for n in engine_nodes if n.node_id == out["placed"]["engines"][0])
+thread = threading.Thread(target=lambda: out["results"].append(algo.train()))
+thread.start()
+time.sleep(1.0)
+cluster.remove_node(victim)
+thread.join(timeout=600)
+out["replaced"], out["engine_state"] = placement(), out["engine_state"] + [engine_state()]
+out["results"] = [{"counters": r["counters"], "version": r["weight_sync"]["version"]} for r in out["results"]]
+print("RESULT " + json.dumps(out))
+algo.stop()
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def multinode(tiny_checkpoint) -> dict:
+    """One run on a four-node cluster (head, learner node, two engine nodes): where each actor went, an iteration,
+    then an iteration during which the engine's node is removed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", _MULTINODE, str(tiny_checkpoint)], capture_output=True, text=True,
+                          timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_actors_are_placed_on_the_nodes_their_resources_name(multinode):
+    placed = multinode["placed"]
+    assert placed["learners"] == [multinode["learner_node"]]
+    assert placed["engines"][0] in multinode["engine_nodes"]
+    assert placed["runners"] == [multinode["head"]] * 2
+    assert multinode["retrieval"] == [multinode["learner_node"], "Kema"]
+    # Weights crossed from the learner's node to the engine's by the broadcast group; episodes came back by the
+    # object store; every one sampled was trained on.
+    first = multinode["results"][0]
+    assert first["version"] == 1 and multinode["engine_state"][0] == [1, True]
+    assert first["counters"]["tasks_submitted"] == first["counters"]["trajectories_returned"] == 12
+    assert first["counters"]["trajectories_sampled"] == first["counters"]["trajectories_trained"] == 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_a_removed_engine_node_is_survived_like_a_dead_engine(multinode):
+    before, after = multinode["placed"], multinode["replaced"]
+    assert {before["engines"][0], after["engines"][0]} == set(multinode["engine_nodes"])  # on the other engine node
+    assert after["learners"] == before["learners"] and after["runners"] == before["runners"]
+    second = multinode["results"][1]
+    assert second["counters"]["engine_restarts"] == 1
+    assert second["counters"]["trajectories_sampled"] == second["counters"]["trajectories_trained"] == 24
+    assert second["version"] == 2 and multinode["engine_state"][1] == [2, True]

@@ -107,12 +107,13 @@ class Algorithm(Recovery, tune.Trainable):
         return EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners,
                               max_failures=faults.max_actor_failures, failure_window_s=faults.failure_window_s,
                               sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s,
-                              wait=wait)
+                              resources_per_runner=self.cfg.env_runners_cfg.resources_per_env_runner, wait=wait)
 
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
-                            num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine, **run.engine_config)
+                            num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
+                            resources=run.resources_per_engine, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)

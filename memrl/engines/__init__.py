@@ -21,14 +21,15 @@ def engine_class(name: str) -> type:
 
 
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
-                 **engine_config):
+                 resources: dict | None = None, **engine_config):
     """An inference engine actor (an ENGINES name) serving `model_path` on `num_cpus` CPUs (Ray sets the actor's
-    OMP_NUM_THREADS to the same) and `num_gpus` GPUs; returns its handle at once.
+    OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it may run on);
+    returns its handle at once.
 
     Not inside the caller's placement group: under Tune that group holds only the trial actor itself."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(engine_class(engine)).options(
+    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(engine_class(engine)).options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
     return actor.remote(model_path, seed=seed, **engine_config)

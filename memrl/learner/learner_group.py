@@ -67,8 +67,10 @@ class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
     def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0, *,
-                 num_cpus_per_learner: int = 1, call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
-        """`call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
+                 num_cpus_per_learner: int = 1, resources_per_learner: dict | None = None,
+                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
+        """`resources_per_learner`: Ray custom resources each learner reserves (which nodes it may run on);
+        `call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
         their placement and start."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
@@ -87,12 +89,12 @@ class LearnerGroup:
             print("Building DeepSpeed's CPU communication op (first run on this machine only, about a minute)...",
                   file=sys.stderr, flush=True)
         # Ray sets each actor's OMP_NUM_THREADS to its CPUs, so torch trains on that many threads.
-        bundle = {"CPU": num_cpus_per_learner, "GPU": num_gpus_per_learner} if num_gpus_per_learner else \
-            {"CPU": num_cpus_per_learner}
+        bundle = {"CPU": num_cpus_per_learner, **({"GPU": num_gpus_per_learner} if num_gpus_per_learner else {}),
+                  **(resources_per_learner or {})}
         self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
         try:
-            get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners ({num_cpus_per_learner} CPU and "
-                f"{num_gpus_per_learner:g} GPU each; the cluster has {ray.cluster_resources()})",
+            get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners ({bundle} each; the cluster has "
+                f"{ray.cluster_resources()})",
                 "fault_tolerance.actor_start_timeout_s")
         except TimeoutError:
             self.shutdown()

@@ -33,8 +33,9 @@ class EnvRunnerGroup:
 
     def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *, max_failures: int = 3,
                  failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
-                 wait: bool = True):
-        """Starts the runner actors; with `wait` (the default) returns once they answer, else `wait_started` does."""
+                 resources_per_runner: dict | None = None, wait: bool = True):
+        """Starts the runner actors, each reserving the Ray custom `resources_per_runner` (which nodes it may run
+        on); with `wait` (the default) returns once they answer, else `wait_started` does."""
         if num_runners < 1:
             raise ValueError(f"num_runners must be >= 1, got {num_runners}")
         if not engines:
@@ -43,7 +44,8 @@ class EnvRunnerGroup:
         self.sample_timeout_s = sample_timeout_s
         self.start_timeout_s = start_timeout_s
         # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
-        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(EnvRunner)
+        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
+                                     resources=resources_per_runner or {})(EnvRunner)
         self.runners = [self._actor_cls.remote(spec, i) for i in range(num_runners)]
         self.set_engines(engines)
         self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
