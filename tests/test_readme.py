@@ -109,3 +109,11 @@ def test_webshop_block_buys_with_the_scripted_expert(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     asin, reward = proc.stdout.split()[-2:]
     assert asin.startswith("B0") and len(asin) == 10 and 0 < float(reward) <= 1
+
+
+def test_cluster_placement_block_prints_what_it_says():
+    code = _block("# Learners where")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = re.search(r"print\(config.resources\(\)\[0\]\)  # (.*)", code).group(1)
+    assert proc.stdout.strip() == expected
