@@ -86,6 +86,23 @@ def planned_resources(num_cpus: int = 0) -> dict[str, float] | None:
     return {"CPU": float(max(MIN_LOCAL_CPUS, num_cpus, os.cpu_count() or 1)), "GPU": float(torch.cuda.device_count())}
 
 
+def trial_placement_group(config):
+    """The Ray Tune trial placement group this process runs in, when it holds the bundles `config.trial_bundles()`
+    asks for (Algorithm.default_resource_request): the algorithm then puts its learners and engines in it. None
+    otherwise (no trial, or a group made for something else): they reserve their own."""
+    from ray.util import get_current_placement_group
+
+    group = get_current_placement_group()
+    if group is None:
+        return None
+    want, have = config.trial_bundles()[0], group.bundle_specs
+
+    def same(w: dict, h: dict) -> bool:
+        return set(w) == {k for k, v in h.items() if v} and all(abs(w[k] - h[k]) < 1e-9 for k in w)
+
+    return group if len(want) == len(have) and all(map(same, want, have)) else None
+
+
 def check_resources(needs: dict[str, float], owner: str, parts: list[str], settings: list[str],
                     total: dict[str, float] | None = None) -> None:
     """Raise at once when the Ray cluster's totals (or `total`, e.g. planned_resources()) cannot hold `needs`

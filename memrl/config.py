@@ -505,6 +505,23 @@ class AlgorithmConfig(_Config):
                  for name, count, cpus, gpus, custom, _ in groups]
         return needs, parts
 
+    def trial_bundles(self) -> tuple[list[dict[str, float]], dict[str, list[int]]]:
+        """A Ray Tune trial's placement group, so trials pack exactly: bundle 0 holds the algorithm itself (1 CPU)
+        and its env runners' custom resources, then one bundle per learner, engine (and critic learner). Returns the
+        bundles and which of them each kind of actor (actor_groups' names) takes."""
+        driver: dict[str, float] = {"CPU": 1.0}
+        bundles, taken = [driver], {}
+        for name, count, cpus, gpus, custom, _ in self.actor_groups():
+            if name == "env runners":  # runners reserve no CPU: they share the algorithm's bundle
+                for key, amount in custom.items():
+                    driver[key] = driver.get(key, 0.0) + count * amount
+                taken[name] = [0] * count
+                continue
+            one = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {}), **custom}
+            taken[name] = list(range(len(bundles), len(bundles) + count))
+            bundles += [dict(one) for _ in range(count)]
+        return bundles, taken
+
     def check_resources(self, total: dict[str, float] | None = None) -> None:
         """Fail at once, naming the settings, when the running Ray cluster (or one with `total` resources) cannot
         hold the algorithm's actors (see debugging.check_resources)."""

@@ -21,11 +21,12 @@ import pyarrow as pa
 import ray
 from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
+from ray.tune import PlacementGroupFactory
 
 from memrl import checkpoints, rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
 from memrl.algorithms.recovery import Recovery, wait_engines_ready
-from memrl.cluster import FailureBudget, get, verbose
+from memrl.cluster import FailureBudget, get, trial_placement_group, verbose
 from memrl.config import AlgorithmConfig
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
@@ -59,6 +60,7 @@ class Algorithm(Recovery, tune.Trainable):
         self.cfg.check_components()
         self.cfg.check_resources()
         run, dbg = self.cfg.env_runners_cfg, self.cfg.debugging_cfg
+        self._trial_group = trial_placement_group(self.cfg)
         self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "trajectories_failed": 0,
@@ -109,11 +111,27 @@ class Algorithm(Recovery, tune.Trainable):
                               sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s,
                               resources_per_runner=self.cfg.env_runners_cfg.resources_per_env_runner, wait=wait)
 
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
+        """Under Ray Tune, each trial reserves its learners and engines with it (AlgorithmConfig.trial_bundles), so
+        trials pack exactly."""
+        return PlacementGroupFactory(type(cls.get_default_config()).from_dict(config).trial_bundles()[0],
+                                     strategy="PACK")
+
+    def placement(self, group: str, index: int | None = None):
+        """Where actors of `group` (an actor_groups name) go in this Tune trial's placement group: (group, bundle
+        indices), or with `index` that one actor's (group, bundle index); None outside a trial."""
+        if self._trial_group is None:
+            return None
+        bundles = self.cfg.trial_bundles()[1][group]
+        return (self._trial_group, bundles if index is None else bundles[index])
+
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
                             num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
-                            resources=run.resources_per_engine, **run.engine_config)
+                            resources=run.resources_per_engine, placement=self.placement("engines", index),
+                            **run.engine_config)
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)
@@ -135,7 +153,7 @@ class Algorithm(Recovery, tune.Trainable):
         """Start the learner groups (at setup, and anew after a learner failed)."""
         train = self.cfg.training_cfg
         self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
-                                          **self.cfg.learner_group_options())
+                                          **self.cfg.learner_group_options(), placement=self.placement("learners"))
 
     def _step(self, replay: bool = False) -> dict[str, Any]:
         """One iteration (`replay`: one run again after a learner recovery, not logged again).

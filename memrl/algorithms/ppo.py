@@ -79,7 +79,7 @@ class PPO(Algorithm):
         self.critic_group = LearnerGroup(
             self.cfg.learner_config(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
                                     head="value"),
-            **self.cfg.learner_group_options(),
+            **self.cfg.learner_group_options(), placement=self.placement("critic learners"),
         )
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:

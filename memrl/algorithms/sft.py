@@ -30,7 +30,7 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from memrl.algorithms.algorithm import Algorithm
-from memrl.cluster import FailureBudget
+from memrl.cluster import FailureBudget, trial_placement_group
 from memrl.config import AlgorithmConfig, TrainingConfig
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.episode import Trajectory
@@ -107,6 +107,7 @@ class SFT(Algorithm):
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
+        self._trial_group = trial_placement_group(self.cfg)
         env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                   self.cfg.training_cfg)
         self.seed = self.cfg.debugging_cfg.seed
@@ -140,7 +141,7 @@ class SFT(Algorithm):
 
     def start_learners(self) -> None:
         self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False),
-                                          **self.cfg.learner_group_options())
+                                          **self.cfg.learner_group_options(), placement=self.placement("learners"))
 
     def _rejoin_learners(self, failure: Exception) -> None:
         pass  # the engine is in this process and takes the restored weights in restore_state

@@ -21,15 +21,17 @@ def engine_class(name: str) -> type:
 
 
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
-                 resources: dict | None = None, **engine_config):
+                 resources: dict | None = None, placement: tuple | None = None, **engine_config):
     """An inference engine actor (an ENGINES name) serving `model_path` on `num_cpus` CPUs (Ray sets the actor's
     OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it may run on);
     returns its handle at once.
 
-    Not inside the caller's placement group: under Tune that group holds only the trial actor itself."""
+    `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
+    without it the engine is outside any placement group the caller runs in."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    pg, bundle = placement if placement is not None else (None, -1)
     actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(engine_class(engine)).options(
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle))
     return actor.remote(model_path, seed=seed, **engine_config)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from memrl import rendezvous
@@ -68,10 +68,12 @@ class LearnerGroup:
 
     def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0, *,
                  num_cpus_per_learner: int = 1, resources_per_learner: dict | None = None,
-                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0):
+                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
+                 placement: tuple[PlacementGroup, list[int]] | None = None):
         """`resources_per_learner`: Ray custom resources each learner reserves (which nodes it may run on);
         `call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
-        their placement and start."""
+        their placement and start. `placement` (a placement group and one bundle index per rank, e.g. a Tune
+        trial's) puts the learners there; without it the group reserves a placement group of its own."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if num_gpus_per_learner < 0:
@@ -91,7 +93,12 @@ class LearnerGroup:
         # Ray sets each actor's OMP_NUM_THREADS to its CPUs, so torch trains on that many threads.
         bundle = {"CPU": num_cpus_per_learner, **({"GPU": num_gpus_per_learner} if num_gpus_per_learner else {}),
                   **(resources_per_learner or {})}
-        self._pg = placement_group([dict(bundle) for _ in range(num_learners)], strategy="PACK")
+        if placement is not None and len(placement[1]) != num_learners:
+            raise ValueError(f"placement names {len(placement[1])} bundles for {num_learners} learners")
+        self._owns_pg = placement is None
+        self._pg = placement[0] if placement else placement_group([dict(bundle) for _ in range(num_learners)],
+                                                                   strategy="PACK")
+        indices = placement[1] if placement else list(range(num_learners))
         try:
             get(self._pg.ready(), start_timeout_s, f"placing {num_learners} learners ({bundle} each; the cluster has "
                 f"{ray.cluster_resources()})",
@@ -104,7 +111,8 @@ class LearnerGroup:
             actor_cls.options(
                 num_cpus=num_cpus_per_learner,
                 num_gpus=num_gpus_per_learner,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg,
+                                                                     placement_group_bundle_index=indices[rank]),
             ).remote(config, rank, num_learners)
             for rank in range(num_learners)
         ]
@@ -244,10 +252,10 @@ class LearnerGroup:
         self._call("save_hf", path)
 
     def shutdown(self) -> None:
-        """Stop the learner actors and free their placement group; safe to call twice."""
+        """Stop the learner actors and free their placement group (not one it was given); safe to call twice."""
         for actor in self.learners:
             ray.kill(actor)
         self.learners = []
-        if self._pg is not None:
+        if self._pg is not None and self._owns_pg:
             remove_placement_group(self._pg)
-            self._pg = None
+        self._pg = None

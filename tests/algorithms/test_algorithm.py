@@ -291,3 +291,36 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
         algo.train()
     assert time.monotonic() - start < 60
     algo.stop()
+
+
+def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(ray_session, tiny_checkpoint, tmp_path):
+    from ray import tune
+
+    from memrl.algorithms import DAPO
+
+    class PlacedDAPO(DAPO):
+        """DAPO that reports which placement group holds the trial and each of its actors."""
+
+        def step(self):
+            def group_of(actor):
+                return ray.get(actor.__ray_call__.remote(
+                    lambda self: ray.util.get_current_placement_group().id.hex()), timeout=60)
+
+            result = super().step()
+            result["placement"] = {"trial": ray.util.get_current_placement_group().id.hex(),
+                                   "learners": [group_of(a) for a in self.learner_group.learners],
+                                   "engines": [group_of(e) for e in self.engines]}
+            return result
+
+    config = _config(tiny_checkpoint, "torch").learners(num_learners=1).training(lr=tune.grid_search([1e-4, 1e-3]))
+    bundles = DAPO.default_resource_request(config.to_dict()).bundles
+    assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]  # the algorithm, its learner, its engine
+    tuner = tune.Tuner(PlacedDAPO, param_space=config,
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 1},
+                                                 verbose=0))
+    grid = tuner.fit()
+    assert not grid.errors and len(grid) == 2
+    placements = [r.metrics["placement"] for r in grid]
+    for placed in placements:
+        assert placed["learners"] == placed["engines"] == [placed["trial"]]
+    assert placements[0]["trial"] != placements[1]["trial"]
