@@ -119,8 +119,9 @@ class Algorithm(Recovery, tune.Trainable):
                                      strategy="PACK")
 
     def placement(self, group: str, index: int | None = None):
-        """Where actors of `group` (an actor_groups name) go in this Tune trial's placement group: (group, bundle
-        indices), or with `index` that one actor's (group, bundle index); None outside a trial."""
+        """Where actors of `group` (an actor_groups name) go in this Tune trial's placement group: (the placement
+        group, their bundle indices), or with `index` (the placement group, that actor's bundle index); None outside
+        a trial."""
         if self._trial_group is None:
             return None
         bundles = self.cfg.trial_bundles()[1][group]
