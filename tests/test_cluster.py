@@ -1,6 +1,6 @@
 """Ray sizing and placement: a config whose actors cannot fit fails before any actor starts, naming what to change;
-actors go to the nodes their custom resources name, on a real multi-node cluster (one machine), which survives losing
-a node."""
+actors go to the nodes their custom resources name, on a real multi-node cluster (one machine) that survives losing
+an engine node and a learner node."""
 
 import pytest
 import ray
@@ -104,9 +104,9 @@ from ray.cluster_utils import Cluster
 from envs.retrieval import Passage, start_retrieval_server
 from memrl.algorithms import DAPOConfig
 
-# A head for the driver and env runners, a learner node and two engine nodes: separate raylets on one machine.
+# A head for the driver and env runners, two learner nodes and two engine nodes: separate raylets on one machine.
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 1}})
-learner_node = cluster.add_node(num_cpus=2, resources={"learner_node": 2})
+learner_nodes = [cluster.add_node(num_cpus=2, resources={"learner_node": 2}) for _ in range(2)]
 engine_nodes = [cluster.add_node(num_cpus=2, resources={"engine_node": 1}) for _ in range(2)]
 cluster.wait_for_nodes()
 os.environ["RAY_ADDRESS"] = cluster.address  # build() joins the running cluster, as under `ray submit`
@@ -117,7 +117,8 @@ config = (DAPOConfig()
           .learners(model_path=sys.argv[1], num_learners=1, token_budget=256,
                     resources_per_learner={"learner_node": 1})
           .training(lr=1e-3, tasks_per_iteration=3, group_size=4, dynamic_sampling=False)
-          .fault_tolerance(engine_call_timeout_s=10)
+          .fault_tolerance(engine_call_timeout_s=10, learner_timeout_s=30, checkpoint_frequency=1,
+                           checkpoint_dir=sys.argv[2], keep_checkpoints=1)
           .debugging(seed=3, progress_bars=False))
 algo = config.build()
 
@@ -141,18 +142,26 @@ def engine_state():  # the engine's weight version, and whether its weights are 
 
 retrieval = start_retrieval_server([Passage("0", "Kema", "Kema was born in Hulport.")], num_cpus=0,
                                    resources={"learner_node": 0.5})
-out = {"head": cluster.head_node.node_id, "learner_node": learner_node.node_id,
+out = {"head": cluster.head_node.node_id, "learner_nodes": [n.node_id for n in learner_nodes],
        "engine_nodes": [n.node_id for n in engine_nodes], "placed": placement(), "results": [algo.train()],
        "retrieval": [node_of(retrieval.actor), retrieval.search(["Kema"], 1)[0][0]["title"]]}
 out["engine_state"] = [engine_state()]
-# The node of the only engine goes away while the next iteration samples.
-victim = next(n for n in engine_nodes if n.node_id == out["placed"]["engines"][0])
-thread = threading.Thread(target=lambda: out["results"].append(algo.train()))
-thread.start()
-time.sleep(1.0)
-cluster.remove_node(victim)
-thread.join(timeout=600)
-out["replaced"], out["engine_state"] = placement(), out["engine_state"] + [engine_state()]
+
+
+def remove_while_sampling(node) -> None:
+    thread = threading.Thread(target=lambda: out["results"].append(algo.train()))
+    thread.start()
+    time.sleep(1.0)
+    cluster.remove_node(node)
+    thread.join(timeout=600)
+    out["engine_state"].append(engine_state())
+
+
+# The node of the only engine goes away while the second iteration samples, then the learner's in the third.
+remove_while_sampling(next(n for n in engine_nodes if n.node_id == out["placed"]["engines"][0]))
+out["after_engine_node"] = placement()
+remove_while_sampling(next(n for n in learner_nodes if n.node_id == out["placed"]["learners"][0]))
+out["after_learner_node"] = placement()
 out["results"] = [{"counters": r["counters"], "version": r["weight_sync"]["version"]} for r in out["results"]]
 print("RESULT " + json.dumps(out))
 algo.stop()
@@ -162,17 +171,18 @@ cluster.shutdown()
 
 
 @pytest.fixture(scope="module")
-def multinode(tiny_checkpoint) -> dict:
-    """One run on a four-node cluster (head, learner node, two engine nodes): where each actor went, an iteration,
-    then an iteration during which the engine's node is removed."""
+def multinode(tiny_checkpoint, tmp_path_factory) -> dict:
+    """One run on a five-node cluster (head, two learner nodes, two engine nodes): where each actor went, an
+    iteration, then one during which the engine's node is removed, then one during which the learner's is."""
     import json
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-c", _MULTINODE, str(tiny_checkpoint)], capture_output=True, text=True,
-                          timeout=900, env=env)
+    checkpoints = tmp_path_factory.mktemp("periodic")
+    done = subprocess.run([sys.executable, "-c", _MULTINODE, str(tiny_checkpoint), str(checkpoints)],
+                          capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
@@ -181,10 +191,10 @@ def multinode(tiny_checkpoint) -> dict:
 @pytest.mark.timeout(1000)
 def test_actors_are_placed_on_the_nodes_their_resources_name(multinode):
     placed = multinode["placed"]
-    assert placed["learners"] == [multinode["learner_node"]]
+    assert placed["learners"][0] in multinode["learner_nodes"]
     assert placed["engines"][0] in multinode["engine_nodes"]
     assert placed["runners"] == [multinode["head"]] * 2
-    assert multinode["retrieval"] == [multinode["learner_node"], "Kema"]
+    assert multinode["retrieval"][0] in multinode["learner_nodes"] and multinode["retrieval"][1] == "Kema"
     # Weights crossed from the learner's node to the engine's by the broadcast group; episodes came back by the
     # object store; every one sampled was trained on.
     first = multinode["results"][0]
@@ -196,10 +206,22 @@ def test_actors_are_placed_on_the_nodes_their_resources_name(multinode):
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
 def test_a_removed_engine_node_is_survived_like_a_dead_engine(multinode):
-    before, after = multinode["placed"], multinode["replaced"]
+    before, after = multinode["placed"], multinode["after_engine_node"]
     assert {before["engines"][0], after["engines"][0]} == set(multinode["engine_nodes"])  # on the other engine node
     assert after["learners"] == before["learners"] and after["runners"] == before["runners"]
     second = multinode["results"][1]
     assert second["counters"]["engine_restarts"] == 1
     assert second["counters"]["trajectories_sampled"] == second["counters"]["trajectories_trained"] == 24
     assert second["version"] == 2 and multinode["engine_state"][1] == [2, True]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_a_removed_learner_node_is_survived_like_a_dead_learner(multinode):
+    before, after = multinode["after_engine_node"], multinode["after_learner_node"]
+    assert {before["learners"][0], after["learners"][0]} == set(multinode["learner_nodes"])  # on the other one
+    third = multinode["results"][2]
+    # Started anew from the checkpoint of iteration 2, iteration 3 ran again: counted once.
+    assert third["counters"]["learner_restarts"] == 1
+    assert third["counters"]["trajectories_sampled"] == third["counters"]["trajectories_trained"] == 36
+    assert third["version"] == 3 and multinode["engine_state"][2] == [3, True]
