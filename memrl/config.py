@@ -162,8 +162,9 @@ class TrainingConfig:
     tempered_logprobs: bool = False
     """Score every token under the distribution it was sampled from, logits / env_runners.temperature, so that training
     at a temperature other than 1 is exactly on-policy (the tempered policy is trained; greedy decoding is unchanged
-    by it). False scores the model's own distribution. Needs use_rollout_logprobs False (the engines return the
-    model's own logprobs) and a temperature > 0."""
+    by it): the learners divide the logits by the temperature and the engines return the tempered logprobs, so the
+    rollout logprobs can serve as the old ones. False scores the model's own distribution. Needs a temperature > 0
+    and top_p 1 (neither side truncates the distribution)."""
     max_staleness: int = 0
     """Asynchronous training: with k >= 1 batches are sampled k iterations ahead, the one for iteration i + k while
     the learner trains iteration i, so every call is k weight versions behind the learner (runs stay reproducible and
@@ -419,10 +420,10 @@ class AlgorithmConfig(_Config):
         if train.dynamic_sampling_metric is not None and not train.dynamic_sampling:
             raise ValueError(f"training.dynamic_sampling_metric={train.dynamic_sampling_metric!r} needs "
                              "training.dynamic_sampling=True (it says what dynamic sampling compares)")
-        if train.tempered_logprobs and (train.use_rollout_logprobs or not run.temperature > 0):
-            raise ValueError(f"training.tempered_logprobs needs training.use_rollout_logprobs=False (engines return "
-                             f"the model's own logprobs) and env_runners.temperature > 0; got use_rollout_logprobs="
-                             f"{train.use_rollout_logprobs}, temperature={run.temperature}")
+        if train.tempered_logprobs and not (run.temperature > 0 and run.top_p == 1):
+            raise ValueError(f"training.tempered_logprobs needs env_runners.temperature > 0 and top_p == 1 (the "
+                             f"learners score the whole tempered distribution); got temperature={run.temperature}, "
+                             f"top_p={run.top_p}")
         if not isinstance(train.max_staleness, numbers.Integral) or train.max_staleness < 0:
             raise ValueError(f"training.max_staleness={train.max_staleness!r} is not allowed; it must be an integer "
                              ">= 0 (0: synchronous)")
@@ -430,11 +431,9 @@ class AlgorithmConfig(_Config):
             raise ValueError("training.partial_rollouts=True needs training.max_staleness >= 1 (a batch sampled while "
                              "the learner trains)")
         correction = train.loss.off_policy_correction
-        if correction != "none" and (train.use_rollout_logprobs or train.tempered_logprobs):
+        if correction != "none" and train.use_rollout_logprobs:
             raise ValueError(f"training.off_policy_correction={correction!r} weighs the learner's logprobs against the "
-                             "engine's, so it needs training.use_rollout_logprobs=False and tempered_logprobs=False "
-                             f"(the engines return untempered logprobs); got use_rollout_logprobs="
-                             f"{train.use_rollout_logprobs}, tempered_logprobs={train.tempered_logprobs}")
+                             "engine's, so it needs training.use_rollout_logprobs=False")
         run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
         self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
         LossConfig(**dataclasses.asdict(train.loss))

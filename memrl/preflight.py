@@ -24,7 +24,8 @@ from typing import Any
 MAKE_OPTIONS = frozenset({"max_episode_steps", "autoreset", "apply_api_compatibility", "disable_env_checker"})
 """gymnasium.make's own keyword arguments, accepted in env_config beside the env's."""
 ENGINE_RESERVED = {"model_path": "learners.model_path", "seed": "debugging.seed",
-                   "num_gpus": "env_runners.num_gpus_per_engine", "num_cpus": "env_runners.num_cpus_per_engine"}
+                   "num_gpus": "env_runners.num_gpus_per_engine", "num_cpus": "env_runners.num_cpus_per_engine",
+                   "tempered_logprobs": "training.tempered_logprobs"}
 """Engine arguments memrl sets itself, and the setting that sets them."""
 
 

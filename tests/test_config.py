@@ -65,16 +65,15 @@ def test_unknown_field_is_named():
          "fault_tolerance.checkpoint_frequency=5 needs fault_tolerance.checkpoint_dir"),
         (lambda c: c.fault_tolerance(checkpoint_frequency=-1), "fault_tolerance.checkpoint_frequency=-1 is not"),
         (lambda c: c.fault_tolerance(keep_checkpoints=0), "fault_tolerance.keep_checkpoints=0 is not allowed"),
-        (lambda c: c.training(tempered_logprobs=True), "tempered_logprobs needs training.use_rollout_logprobs=False"),
-        (lambda c: c.env_runners(temperature=0.0).training(tempered_logprobs=True, use_rollout_logprobs=False),
-         "tempered_logprobs needs .* env_runners.temperature > 0"),
+        (lambda c: c.env_runners(temperature=0.0).training(tempered_logprobs=True),
+         "tempered_logprobs needs env_runners.temperature > 0 and top_p == 1 .*temperature=0.0"),
+        (lambda c: c.env_runners(temperature=0.7, top_p=0.9).training(tempered_logprobs=True),
+         "tempered_logprobs needs .*top_p=0.9"),
         (lambda c: c.training(max_staleness=-1), "training.max_staleness=-1 is not allowed"),
         (lambda c: c.training(max_staleness=1.5), "training.max_staleness=1.5 is not allowed"),
         (lambda c: c.training(partial_rollouts=True), "partial_rollouts=True needs training.max_staleness >= 1"),
         (lambda c: c.training(off_policy_correction="tis"),
          "off_policy_correction='tis' .*training.use_rollout_logprobs=False"),
-        (lambda c: c.env_runners(temperature=0.7).training(off_policy_correction="decoupled", tempered_logprobs=True,
-                                                           use_rollout_logprobs=False), "tempered_logprobs=False"),
     ],
 )
 def test_validation_names_field_and_allowed_values(tmp_path, change, message):
@@ -110,8 +109,11 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     # The learners score the sampling temperature's distribution only when asked to.
     config.env_runners(temperature=0.7)
     assert config.learner_config().logit_temperature == 1.0
-    config.training(tempered_logprobs=True, use_rollout_logprobs=False)
+    config.training(tempered_logprobs=True)  # the engines return tempered logprobs: rollout logprobs are the old ones
+    config.validate()
     assert config.learner_config().logit_temperature == 0.7
+    # Off-policy correction compares two tempered distributions.
+    config.training(use_rollout_logprobs=False, off_policy_correction="decoupled").validate()
 
 
 @pytest.mark.parametrize("change, message", [

@@ -51,6 +51,8 @@ BAD = {
                                  "sets the vllm.LLM arguments"),
     "engine seed": (lambda c, p: c.env_runners(engine_config={"seed": 1}),
                     "may not set 'seed'; memrl sets it from debugging.seed"),
+    "engine tempered logprobs": (lambda c, p: c.env_runners(engine_config={"tempered_logprobs": True}),
+                                 "may not set 'tempered_logprobs'; memrl sets it from training.tempered_logprobs"),
     "model without tokenizer": (lambda c, p: c.learners(model_path=no_tokenizer(p)), "has no usable tokenizer"),
     "model path not a checkpoint": (lambda c, p: c.learners(model_path=str(p.parent)), "has no config.json"),
     "group of one": (lambda c, p: c.training(group_size=1),

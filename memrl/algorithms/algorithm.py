@@ -132,7 +132,7 @@ class Algorithm(Recovery, tune.Trainable):
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
                             num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
                             resources=run.resources_per_engine, placement=self.placement("engines", index),
-                            **run.engine_config)
+                            tempered_logprobs=self.cfg.training_cfg.tempered_logprobs, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
         world = 1 + len(self.engines)

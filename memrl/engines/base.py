@@ -39,7 +39,8 @@ class GenerationOutput:
     token_ids: list[int]
     """New token ids, stop token included when generation stopped on one."""
     logprobs: list[float]
-    """Logprob of each new token under the (temperature-free) model distribution."""
+    """Logprob of each new token under the (temperature-free) model distribution, or under softmax(logits /
+    temperature) from an engine started with tempered_logprobs."""
     finish_reason: str
     """"stop" (a stop token) or "length" (max_tokens reached)."""
     weight_version: int

@@ -65,7 +65,9 @@ class TorchEngine(InferenceEngine):
     """Token-in, token-out generation with a Hugging Face model, seeded per engine.
 
     The same seed and the same calls in the same order give identical outputs. Logprobs are
-    those of the raw model distribution (temperature 1, no top-p), as the learner recomputes them.
+    those of the raw model distribution (temperature 1, no top-p), as the learner recomputes them; with
+    `tempered_logprobs` those of softmax(logits / temperature), the distribution a token was sampled from (no top-p;
+    greedy calls keep the raw ones).
     Generation ends only on `sampling.stop_token_ids` or `max_tokens`; the model's EOS is not implied.
     `device` defaults to the GPU where one is visible, else the CPU; `max_model_len` (prompt and reply together)
     to the model's positions.
@@ -79,6 +81,7 @@ class TorchEngine(InferenceEngine):
         device: str | None = None,
         max_batch_size: int = 64,
         max_model_len: int | None = None,
+        tempered_logprobs: bool = False,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"TorchEngine dtype {dtype!r} is not supported; allowed: {sorted(DTYPES)}")
@@ -87,6 +90,7 @@ class TorchEngine(InferenceEngine):
         # Inside a Ray actor CUDA is visible only where the actor reserved a GPU.
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.max_batch_size = max_batch_size
+        self.tempered_logprobs = bool(tempered_logprobs)
         # On GPUs transformers' sdpa picks fused kernels, which take grouped-query attention only without a mask.
         attention = CPU_ATTENTION if self.device.type == "cpu" else "sdpa"
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype],
@@ -148,10 +152,11 @@ class TorchEngine(InferenceEngine):
         stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
         # A row also ends ("length") when its sequence fills the model's positions.
         room = torch.tensor([self._max_model_len - len(p) for p in prompts], device=self.device)
+        scale = sampling.temperature if self.tempered_logprobs and sampling.temperature > 0 else 1.0
         for step in range(sampling.max_tokens):
             logits = logits.float()
             next_ids = self._sample(logits, sampling)
-            raw = torch.log_softmax(logits, dim=-1).gather(-1, next_ids[:, None])[:, 0]
+            raw = torch.log_softmax(logits / scale, dim=-1).gather(-1, next_ids[:, None])[:, 0]
             active = (~finished).nonzero()[:, 0].tolist()
             for row, tok, lp in zip(active, next_ids[active].tolist(), raw[active].tolist()):
                 tokens[row].append(tok)

@@ -1,4 +1,4 @@
-"""vLLM inference engine: token ids in, token ids + raw logprobs out, weights replaced in place (CPU and GPU builds)."""
+"""vLLM inference engine: token ids in, token ids + logprobs out, weights replaced in place (CPU and GPU builds)."""
 
 from __future__ import annotations
 
@@ -76,9 +76,12 @@ class VLLMEngine(InferenceEngine):
         dtype: str = "float32",
         kv_cache_bytes: int = 256 * 1024**2,
         max_model_len: int | None = None,
+        tempered_logprobs: bool = False,
         **engine_kwargs: Any,
     ) -> None:
-        """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU)."""
+        """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU).
+        `tempered_logprobs` returns the logprobs of softmax(logits / temperature), what a token was sampled from,
+        instead of the model's own (vLLM's processed logprobs)."""
         self.check_options({"kv_cache_bytes": kv_cache_bytes, **engine_kwargs}, vllm_arguments=False)
         # The engine core runs in this process: requests are then scheduled in the order they were given, so a
         # reseeded batch samples the same tokens every time (a separate core process sees them arrive racily).
@@ -97,8 +100,9 @@ class VLLMEngine(InferenceEngine):
             dtype=dtype,
             seed=seed,
             kv_cache_memory_bytes=kv_cache_bytes,
-            # Logprobs of the model's own distribution, before temperature and top-p: what the learner recomputes.
-            logprobs_mode="raw_logprobs",
+            # Logprobs of the model's own distribution, before temperature and top-p: what the learner recomputes;
+            # or, tempered, after the temperature (and top-p, which the training config keeps at 1).
+            logprobs_mode="processed_logprobs" if tempered_logprobs else "raw_logprobs",
             worker_extension_cls=WORKER_EXTENSION,
             **engine_kwargs,
         )

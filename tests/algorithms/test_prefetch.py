@@ -120,3 +120,18 @@ def test_accounting_holds_when_dynamic_sampling_drops_groups_sampled_ahead(ray_s
         assert counters["trajectories_dropped"] == counters["trajectories_sampled"]
         assert counters["trajectories_trained"] == counters["trajectories_prefetched"] == 0
     algo.stop()
+
+
+def test_tempered_engines_and_learners_score_the_same_distribution(ray_session, tiny_checkpoint):
+    # Sampled at 0.7: the engines return the tempered logprobs and the learners divide their logits by 0.7, so the
+    # importance weights between the two are 1 at the same weights, and the rollout logprobs can be the old ones.
+    config = _config(tiny_checkpoint, max_staleness=0).env_runners(temperature=0.7).training(tempered_logprobs=True)
+    algo = config.build()
+    first = algo.train()["off_policy"]
+    algo.stop()
+    assert first["is_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert first["is_weight_max"] < 1.01
+    algo = config.training(use_rollout_logprobs=True, off_policy_correction="none").build()
+    learners = algo.train()["learners"]
+    algo.stop()
+    assert learners["ratio_mean"] == pytest.approx(1.0, abs=1e-3) and learners["clip_frac"] == 0.0

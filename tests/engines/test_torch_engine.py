@@ -64,6 +64,19 @@ def test_generate_logprobs_are_raw_model_logprobs(engine, reference):
         torch.testing.assert_close(torch.tensor(out.logprobs), expected, rtol=0, atol=1e-5)
 
 
+def test_tempered_logprobs_are_those_of_the_sampling_distribution(tiny_checkpoint, reference):
+    tempered = TorchEngine(tiny_checkpoint, seed=0, tempered_logprobs=True)
+    for out, prompt in zip(tempered.generate(PROMPTS, SamplingConfig(max_tokens=16, temperature=0.7)), PROMPTS):
+        logits = reference_logits(reference, prompt, out.token_ids) / 0.7
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(out.logprobs), expected, rtol=0, atol=1e-5)
+        assert (expected - reference_logprobs(reference, prompt, out.token_ids)).abs().max() > 1e-2
+    # Greedy calls have no temperature to apply: the model's own logprobs.
+    out, prompt = tempered.generate(PROMPTS[:1], SamplingConfig(max_tokens=8, temperature=0.0))[0], PROMPTS[0]
+    torch.testing.assert_close(torch.tensor(out.logprobs), reference_logprobs(reference, prompt, out.token_ids),
+                               rtol=0, atol=1e-5)
+
+
 def test_score_matches_reference(engine, reference):
     prompt, continuation = PROMPTS[0], [100, 200, 300, 5]
     expected = reference_logprobs(reference, prompt, continuation)

@@ -101,6 +101,23 @@ def test_generate_logprobs_are_the_raw_model_logprobs(engine, hf_model, temperat
         assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) < 1e-5
 
 
+def test_tempered_logprobs_are_those_of_the_sampling_distribution(ray_session, tiny_checkpoint, hf_model):
+    from memrl.engines.vllm_engine import VLLMEngine
+
+    actor = ray_session.remote(num_cpus=1)(VLLMEngine).remote(str(tiny_checkpoint), seed=0, tempered_logprobs=True,
+                                                               kv_cache_bytes=64 * 1024**2)
+    try:
+        outs = call(actor.generate.remote(PROMPTS, SamplingConfig(max_tokens=12, temperature=0.6)))
+        for prompt, out in zip(PROMPTS, outs):
+            with torch.no_grad():
+                logits = hf_model(torch.tensor([prompt + out.token_ids])).logits[0].float() / 0.6
+            expected = [logits.log_softmax(-1)[len(prompt) - 1 + i, tok].item() for i, tok in enumerate(out.token_ids)]
+            assert max_diff(out.logprobs, expected) < 1e-5
+            assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) > 1e-2
+    finally:
+        ray_session.kill(actor)
+
+
 def test_greedy_matches_transformers_and_stops_on_stop_tokens(engine, hf_model):
     greedy = call(engine.generate.remote(PROMPTS, SamplingConfig(max_tokens=10, temperature=0.0)))
     for prompt, out in zip(PROMPTS, greedy):
