@@ -67,8 +67,9 @@ FACT_RE = re.compile(r"(.+?) (works for|was born in|was founded in) (.+?)\.")
 class MultiHopConfig:
     """Knobs of the two-hop fact generator."""
 
-    num_docs: int = 10
-    """Documents in the context, gold ones included: the context-length knob (eval at 2x..16x = more distractors)."""
+    num_docs: int | tuple[int, ...] = 10
+    """Documents in the context, gold ones included: the context-length knob (eval at 2x..16x = more distractors).
+    A tuple of lengths draws one of them per task from its seed, so training can cover several lengths."""
     facts_per_doc: int = 1
     """Fact sentences per document; a gold document holds its gold fact among facts_per_doc - 1 distractors."""
     hardness: str = "easy"
@@ -89,8 +90,12 @@ class MultiHopConfig:
     so a model trained at one length cannot use "Document 10" as a sign that the context is about to end."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_docs, int) or self.num_docs < 2:
-            raise ValueError(f"MultiHopConfig.num_docs must be an int >= 2 (two gold documents), got {self.num_docs!r}")
+        lengths = self.num_docs if isinstance(self.num_docs, (tuple, list)) else (self.num_docs,)
+        if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in lengths):
+            raise ValueError(f"MultiHopConfig.num_docs must be an int >= 2 (two gold documents) or a non-empty tuple "
+                             f"of such ints, got {self.num_docs!r}")
+        if isinstance(self.num_docs, list):  # JSON configs carry lists
+            object.__setattr__(self, "num_docs", tuple(self.num_docs))
         if not isinstance(self.facts_per_doc, int) or self.facts_per_doc < 1:
             raise ValueError(f"MultiHopConfig.facts_per_doc must be an int >= 1, got {self.facts_per_doc!r}")
         if self.hardness not in ("easy", "hard"):
@@ -122,9 +127,19 @@ class MultiHopConfig:
             len(s) for s in SURNAMES + COMPANY_SUFFIXES + CITY_SUFFIXES
         )
         fact = 2 * longest + len(" was founded in .")
-        last = (MAX_FIRST_DOC_NUMBER if self.first_doc_number is None else self.first_doc_number) + self.num_docs
+        most = max(self.lengths())
+        last = (MAX_FIRST_DOC_NUMBER if self.first_doc_number is None else self.first_doc_number) + most
         doc = len(f"Document {last}: ") + self.facts_per_doc * (fact + 1)
-        return self.num_docs * (doc + 1)
+        return most * (doc + 1)
+
+    def lengths(self) -> tuple[int, ...]:
+        """The context lengths (in documents) this config draws from."""
+        return self.num_docs if isinstance(self.num_docs, tuple) else (self.num_docs,)
+
+    def num_docs_of(self, seed: int) -> int:
+        """The number of documents of the seed's task: num_docs, or the length the seed draws from the tuple."""
+        lengths = self.lengths()
+        return lengths[0] if len(lengths) == 1 else random.Random(f"multihop-length-{seed}").choice(lengths)
 
 
 def _names(base: tuple[str, ...], seconds: tuple[str, ...], long: bool) -> list[str]:
@@ -184,7 +199,7 @@ def make_task(seed: int, config: MultiHopConfig | None = None) -> QATask:
     config = config or MultiHopConfig()
     question, gold, others = _world(seed, config)
     answer = _entities(gold[1])[1]
-    n, k = config.num_docs, config.facts_per_doc
+    n, k = config.num_docs_of(seed), config.facts_per_doc
     depths = config.gold_positions
     if depths is None:
         depths = tuple(sorted(random.Random(f"multihop-positions-{seed}").random() for _ in range(2)))

@@ -155,3 +155,20 @@ def test_drawn_first_doc_number_is_fixed_by_the_seed_and_hides_position():
         num_docs=160, first_doc_number=None).max_context_chars()
     with pytest.raises(ValueError, match="first_doc_number=-1 is not allowed"):
         MultiHopConfig(first_doc_number=-1)
+
+
+def test_a_tuple_of_lengths_draws_one_per_task_from_the_seed():
+    mixed = MultiHopConfig(num_docs=(10, 20, 40), first_doc_number=None)
+    drawn = [len(make_task(s, mixed).documents) for s in range(60)]
+    assert set(drawn) == {10, 20, 40} and min(drawn.count(n) for n in (10, 20, 40)) >= 10
+    for seed in range(12):
+        task = make_task(seed, mixed)
+        n = mixed.num_docs_of(seed)
+        # The same task as the fixed length the seed drew, and the same draw every time.
+        assert task == make_task(seed, MultiHopConfig(num_docs=n, first_doc_number=None))
+        assert make_task(seed, mixed) == task and len(task.context) <= mixed.max_context_chars()
+    assert MultiHopConfig(num_docs=[10, 20]).num_docs == (10, 20)  # JSON configs carry lists
+    assert MultiHopConfig(num_docs=(30,)).num_docs_of(5) == 30
+    for bad in ((), (10, 1), (10, True), "10"):
+        with pytest.raises(ValueError, match="num_docs must be an int >= 2 .* or a non-empty tuple"):
+            MultiHopConfig(num_docs=bad)
