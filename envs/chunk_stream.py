@@ -327,30 +327,37 @@ class ChunkStreamEnv(gym.Env):
         return "", metrics["em"], True, False, info
 
     def expert_action(self) -> str:
-        """What a perfect MemAgent writes now, knowing only what it has read.
+        """What a perfect reader writes now, knowing only what it has read.
 
         Memory phase: the gold fact sentences read so far (through the current chunk), in reading order,
         joined by " ", or NO_MEMORY before the first. Multi-hop depths keep hop 1 before hop 2, so every gold
-        fact is recognisably relevant when it is read. Answer phase: \\boxed{first gold answer}.
+        fact is recognisably relevant when it is read. Answer phase: \\boxed{first gold answer}; with
+        stream=False (the full-context reader) the gold facts, where the task labels them, come first, quoted as
+        evidence, as a reasoning model does before it answers from a whole document.
         """
         if self.task is None or self._done:
             raise RuntimeError("ChunkStreamEnv.expert_action needs a running episode; call reset() first")
         if self.phase == "answer":
-            return f"\\boxed{{{self.task.answers[0]}}}"
+            boxed = f"\\boxed{{{self.task.answers[0]}}}"
+            evidence = "" if self.stream else self._facts_read(len(self.task.context))
+            return f"{evidence} {boxed}" if evidence else boxed
         if not self.task.gold_facts:
             raise RuntimeError(
                 f"ChunkStreamEnv task={self.task_name!r} has no gold-fact labels, so there is no scripted memory; "
                 "only task='multihop' and task='niah' have one"
             )
         read_until = sum(len(c) for c in self.chunks[: self._chunk_index + 1])
-        context = self.task.context
+        return self._facts_read(read_until) or NO_MEMORY
+
+    def _facts_read(self, read_until: int) -> str:
+        """The gold facts that end within the first `read_until` characters of the context, in reading order."""
         seen = []
         for fact in self.task.gold_facts:
             # A fact starts a document or follows a space, never inside a longer name.
-            match = re.search(r"(?:^|(?<=\s))" + re.escape(fact), context)
+            match = re.search(r"(?:^|(?<=\s))" + re.escape(fact), self.task.context)
             if match and match.end() <= read_until:
                 seen.append((match.start(), fact))
-        return " ".join(fact for _, fact in sorted(seen)) or NO_MEMORY
+        return " ".join(fact for _, fact in sorted(seen))
 
     def _info(self) -> dict:
         return {

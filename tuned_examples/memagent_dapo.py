@@ -5,11 +5,11 @@ GPUs, the paper's preset:    python tuned_examples/memagent_dapo.py --model /ckp
                                  [--data /data/hotpotqa_train.parquet]
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (built by
-`tuned_examples/memagent_sft.py`) on synthetic two-hop questions over 10 documents streamed in 24-token
-chunks, trains with DAPO on vLLM engines and two DeepSpeed ZeRO-3 learners (asynchronously: each batch is sampled
-one iteration ahead, while the learners train on the one before), and evaluates on 1000 held-out
-tasks before and after (95% intervals of about +-0.027). The trained policy is written as a Hugging Face
-checkpoint to <out>/model, which `tuned_examples/memagent_eval.py` measures against longer documents.
+`tuned_examples/memagent_sft.py` at 10 documents) on synthetic two-hop questions over 10, 20 or 40 documents
+streamed in 24-token chunks, trains with DAPO on vLLM engines and two DeepSpeed ZeRO-3 learners (asynchronously: each
+batch is sampled one iteration ahead, while the learners train on the one before), and evaluates on 1000 held-out
+tasks of 10 documents before and after (95% intervals of about +-0.027). The trained policy is written as a Hugging
+Face checkpoint to <out>/model, which `tuned_examples/memagent_eval.py` measures against longer documents.
 """
 
 from __future__ import annotations
@@ -24,24 +24,33 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 WARM_START = CHECKPOINTS / "memagent_sft"
 """The MemAgent policy RL starts from on CPU machines."""
 BASELINE = CHECKPOINTS / "full_context_sft"
-"""The full-context baseline policy (same tiny model, trained to answer from the whole document)."""
+"""The full-context baseline policy (same tiny model, trained to quote the facts it needs from the whole document,
+then answer)."""
 
 NUM_DOCS = 10
-"""Training length of the CPU task: documents per context (one fact each, about 9 chunks)."""
+"""Base length of the CPU task (1x): documents per context (one fact each, about 9 chunks). The warm-start learns
+at this length, the main job's held-out score is measured at it, and the length evaluation's multiples refer to it."""
+TRAIN_LENGTHS = (NUM_DOCS, 2 * NUM_DOCS, 4 * NUM_DOCS)
+"""Lengths the main job trains on, one drawn per question from its seed: memories that keep a distractor fact fail
+more often the more distractors stream past, so RL sees the long documents where such writes cost the answer."""
 CHUNK_TOKENS = 24
 """Tokens per chunk on CPU: one document of up to 13 tokens, two when both are short."""
 MEMORY_TOKENS = 32
 """Memory cap on CPU: room for the two gold facts."""
 BASELINE_WINDOW = 320
-"""Context window of the full-context baseline on CPU: holds a document of up to about twice the training length."""
+"""Context window of the full-context baseline on CPU: holds the prompt with a 1x document (about 255 tokens in
+all); at 2x the document's end is cut."""
+CPU_ITERATIONS = 30
+"""DAPO iterations of the CPU default (one optimizer step each)."""
 
 PAPER = {"group_size": 16, "lr": 1e-6, "chunk_tokens": 5000, "memory_tokens": 1024, "window_tokens": 8192,
          "kl_coef": 1e-3, "clip_low": 0.2, "clip_high": 0.28}
 """MemAgent's published training settings (paper, section 4.1 and appendix A)."""
 
 
-def cpu_task(workflow: str, tokenizer_path: str, num_docs: int = NUM_DOCS) -> tuple[dict, dict]:
-    """(env_config, workflow_config) of the CPU task for the "memagent" or "full_context" workflow."""
+def cpu_task(workflow: str, tokenizer_path: str, num_docs: int | tuple[int, ...] = NUM_DOCS) -> tuple[dict, dict]:
+    """(env_config, workflow_config) of the CPU task for the "memagent" or "full_context" workflow; a tuple of
+    `num_docs` draws one length per question."""
     # Numbering starts at a per-task random number: a document's number must not tell where it sits in the
     # context, or a policy trained on 10 documents learns "Document 9 is near the end" and fails on longer ones.
     env_config = {"task": "multihop", "num_docs": num_docs, "chunk_tokens": CHUNK_TOKENS, "first_doc_number": None,
@@ -54,9 +63,10 @@ def cpu_task(workflow: str, tokenizer_path: str, num_docs: int = NUM_DOCS) -> tu
 
 
 def config(model: str | Path = WARM_START) -> DAPOConfig:
-    """The CPU default: 8 tasks x 8 trajectories per iteration, one vLLM engine, two ZeRO-3 learners, one batch
-    sampled ahead (benchmarks/async_training.py: 1.34x the iterations per minute of the synchronous loop here)."""
-    env_config, workflow_config = cpu_task("memagent", tokenizer_path=model)
+    """The CPU default: 8 tasks x 8 trajectories per iteration over 10, 20 or 40 documents, one vLLM engine, two
+    ZeRO-3 learners, one batch sampled ahead (benchmarks/async_training.py: 1.34x the iterations per minute of the
+    synchronous loop here, measured at 10 documents), held-out evaluation at 10 documents."""
+    env_config, workflow_config = cpu_task("memagent", tokenizer_path=model, num_docs=TRAIN_LENGTHS)
     return (DAPOConfig()
             .environment("memrl/ChunkStream-v0", env_config=env_config)
             .env_runners(num_env_runners=2, num_envs_per_env_runner=64, workflow="memagent",
@@ -64,7 +74,7 @@ def config(model: str | Path = WARM_START) -> DAPOConfig:
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=str(model), num_learners=2, token_budget=32768)
             .training(lr=2e-4, tasks_per_iteration=8, group_size=8, dynamic_sampling=True, max_staleness=1)
-            .evaluation(evaluation_num_tasks=1000)
+            .evaluation(evaluation_num_tasks=1000, evaluation_env_config={"num_docs": NUM_DOCS})
             .debugging(seed=0, wandb_project="memrl-memagent"))
 
 
@@ -99,7 +109,7 @@ def main() -> None:
                    "context, answers rows; README 'Data files'), else synthetic tasks")
     args = p.parse_args()
     run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
-                lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=40)
+                lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=CPU_ITERATIONS)
 
 
 if __name__ == "__main__":

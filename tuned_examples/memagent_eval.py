@@ -5,9 +5,9 @@
 
 Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
 facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
-95% interval, sub_em (the paper's definition, envs.qa_metrics.sub_em) and F1, peak tokens per call and total
-tokens per task. Writes length.json, length.md (the table) and length.png (accuracy and peak tokens per call
-against length) to --out.
+95% interval, the paired change against the warm-start on the same questions (with its interval), sub_em (the
+paper's definition, envs.qa_metrics.sub_em) and F1, peak tokens per call and total tokens per task. Writes
+length.json, length.md (the table) and length.png (accuracy and peak tokens per call against length) to --out.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ import numpy as np
 
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
+from memrl.stats import paired_interval
 from tuned_examples.common import RUNS, init_ray, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
 """Document lengths, as multiples of the training length."""
+WARM_START_NAME = "MemAgent warm-start"
+"""The policy every other one is compared with, paired on the same questions at each length."""
 TRAINED = RUNS / "memagent_dapo" / "model"
 """Where tuned_examples/memagent_dapo.py writes the trained policy."""
 
@@ -34,7 +37,7 @@ TRAINED = RUNS / "memagent_dapo" / "model"
 def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
     """(name, checkpoint, workflow) of each policy to measure; the trained one only when given."""
     rows = [("RL-MemAgent", trained, "memagent")] if trained is not None else []
-    return rows + [("MemAgent warm-start", WARM_START, "memagent"), ("full-context baseline", BASELINE, "full_context")]
+    return rows + [(WARM_START_NAME, WARM_START, "memagent"), ("full-context baseline", BASELINE, "full_context")]
 
 
 def document_tokens(env_config: dict, num_tasks: int, seed: int) -> float:
@@ -53,13 +56,14 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
     doc_tokens = {m: document_tokens(cpu_task("memagent", runs[0][1], NUM_DOCS * m)[0], num_tasks, seed)
                   for m in multipliers}
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
-    rows = []
+    rows, rewards = [], {}
     for name, path, workflow in runs:
         configs = [cpu_task(workflow, tokenizer_path=path, num_docs=NUM_DOCS * m) for m in multipliers]
         results = evaluate_checkpoint(str(path), "memrl/ChunkStream-v0", [env for env, _ in configs], workflow,
                                       configs[0][1], num_tasks, max_tokens=MEMORY_TOKENS, engine=engine,
                                       engine_config=engine_config, seed=seed)
-        for m, (summary, _) in zip(multipliers, results):
+        for m, (summary, trajectories) in zip(multipliers, results):
+            rewards[name, m] = [t.reward if not t.failure else float("nan") for t in trajectories]
             row = {
                 "policy": name, "workflow": workflow, "multiplier": m, "num_docs": NUM_DOCS * m,
                 "document_tokens": doc_tokens[m], "num_tasks": int(summary["num_tasks"]),
@@ -72,16 +76,26 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
             print(f"{name:>22} x{m:<3} accuracy {row['accuracy']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]  "
                   f"peak tokens/call {row['peak_tokens_per_call']:.0f}  tokens/task {row['total_tokens_per_task']:.0f}",
                   flush=True)
+    for row in rows:  # each policy against the warm-start, paired on the same questions
+        base = rewards.get((WARM_START_NAME, row["multiplier"]))
+        if base is not None and row["policy"] != WARM_START_NAME:
+            pairs = [(b, a) for b, a in zip(base, rewards[row["policy"], row["multiplier"]])
+                     if not (np.isnan(b) or np.isnan(a))]
+            change = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
+            row.update(zip(("change_vs_warm_start", "change_ci_low", "change_ci_high"), change))
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     """The table, one line per (policy, length)."""
-    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | sub_em (paper's: contains a gold "
-             "answer) | F1 | peak tokens/call | tokens/task |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | change vs warm-start, paired [95% CI] "
+             "| sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | tokens/task |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        change = (f"{r['change_vs_warm_start']:+.3f} [{r['change_ci_low']:+.3f}, {r['change_ci_high']:+.3f}]"
+                  if "change_vs_warm_start" in r else "")
         lines.append(f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
-                     f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['sub_em']:.3f} | "
+                     f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {change} | {r['sub_em']:.3f} | "
                      f"{r['f1']:.3f} | {r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
     return "\n".join(lines) + "\n"
 

@@ -28,12 +28,14 @@ ANSWER_TEMPLATE = (
 
 FULL_CONTEXT_TEMPLATE = (
     "You are presented with a problem and a section of an article that may contain the answer to the problem. "
-    "Please answer the problem based on the section and put the answer in \\boxed{{}}.\n\n"
+    "Please quote the sentences of the section that the answer rests on, then answer the problem and put the "
+    "answer in \\boxed{{}}.\n\n"
     "<problem> {problem} </problem>\n"
     "<section> {document} </section>\n\n"
     "Your answer:\n"
 )
-"""The full-context baseline's single prompt: MemAgent's answer template with the document in place of memory."""
+"""The full-context baseline's single prompt: MemAgent's answer template with the document in place of memory, and
+the evidence quoted before the answer, as the reasoning models the paper compares with do."""
 
 NO_MEMORY = "No previous memory"
 """Memory shown on the first chunk, as in the authors' code."""

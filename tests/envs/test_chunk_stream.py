@@ -187,7 +187,10 @@ def test_full_context_mode():
     obs, info = env.reset(seed=4)
     assert obs == env.task.context
     assert info == {"question": env.task.question, "phase": "answer", "chunk_index": 0, "num_chunks": 1}
-    assert env.expert_action() == f"\\boxed{{{env.task.answers[0]}}}"
+    # The full-context reader quotes its evidence (the gold facts, in reading order) before the boxed answer.
+    hop1, hop2 = env.task.gold_facts
+    assert env.task.context.index(hop1) < env.task.context.index(hop2)
+    assert env.expert_action() == f"{hop1} {hop2} \\boxed{{{env.task.answers[0]}}}"
     _, reward, terminated, _, info = env.step(f"I think \\boxed{{The {env.task.answers[0].upper()}}}.")
     assert (reward, terminated, info["metrics"]["em"]) == (1.0, True, 1.0)
 
@@ -276,6 +279,10 @@ def test_file_task(tmp_path):
     play_to_answer(env, 4)
     assert env.expert_action() == "\\boxed{a1}"
     assert env.step("\\boxed{a1}")[1] == 1.0
+    # Unlabelled, the full-context reader's expert has no evidence to quote: the answer alone.
+    whole = ChunkStreamEnv(task="file", data_path=str(path), stream=False)
+    whole.reset(seed=4)
+    assert whole.expert_action() == "\\boxed{a1}"
 
 
 def test_bad_config_is_named(tmp_path):

@@ -11,8 +11,11 @@ from tuned_examples import memagent_eval, memagent_sft
 from tuned_examples.common import train
 from tuned_examples.memagent_dapo import (
     BASELINE_WINDOW,
+    CPU_ITERATIONS,
     MEMORY_TOKENS,
+    NUM_DOCS,
     PAPER,
+    TRAIN_LENGTHS,
     WARM_START,
     config,
     cpu_task,
@@ -30,6 +33,19 @@ def test_paper_preset_sized_for_gpus():
     assert cfg.learners_cfg.num_learners == 8 and cfg.env_runners_cfg.num_engines == 8
     assert paper_config("/ckpt", 2, data_path="/data/train.parquet").environment_cfg.env_config["task"] == "file"
     assert cfg.env_runners_cfg.engine_config["max_model_len"] == PAPER["window_tokens"] == 8192
+
+
+def test_cpu_default_trains_across_lengths_and_scores_at_the_base_length():
+    cfg = config(WARM_START)
+    cfg.validate()
+    assert cfg.environment_cfg.env_config["num_docs"] == TRAIN_LENGTHS == (NUM_DOCS, 2 * NUM_DOCS, 4 * NUM_DOCS)
+    assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
+
+
+def test_the_baseline_build_gets_the_rl_policys_budget():
+    # At least the warm-start's optimizer steps plus one per DAPO iteration, over as many rows as MemAgent's calls.
+    assert memagent_sft.STEPS["full_context"] >= memagent_sft.STEPS["memagent"] + CPU_ITERATIONS
+    assert memagent_sft.TRAIN_TASKS["full_context"] == 10 * memagent_sft.TRAIN_TASKS["memagent"]
 
 
 def test_cpu_task_rejects_unknown_workflows():
@@ -69,6 +85,10 @@ def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
         assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
         assert (tmp_path / workflow / SUMMARY_FILE).is_file()
         assert AutoModelForCausalLM.from_pretrained(tmp_path / workflow) is not None
+        # Both are evaluated at the base length; the baseline trains on 2 to 10 documents.
+        assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
+        lengths = summary["config"]["environment"]["env_config"]["num_docs"]
+        assert lengths == ((2, 4, 6, 8, NUM_DOCS) if workflow == "full_context" else NUM_DOCS)
 
 
 @pytest.mark.slow
@@ -84,6 +104,11 @@ def test_length_table_of_the_shipped_policies(ray_session, tmp_path):
     base = [by["full-context baseline", m]["peak_tokens_per_call"] for m in (1, 4)]
     assert base[0] < base[1] <= BASELINE_WINDOW + MEMORY_TOKENS
     assert by["MemAgent warm-start", 1]["accuracy"] >= 0.3
+    # The baseline is paired with the warm-start on the same questions; the warm-start has no change of its own.
+    base_1x, agent_1x = by["full-context baseline", 1], by["MemAgent warm-start", 1]
+    assert base_1x["change_vs_warm_start"] == pytest.approx(base_1x["accuracy"] - agent_1x["accuracy"])
+    assert base_1x["change_ci_low"] <= base_1x["change_vs_warm_start"] <= base_1x["change_ci_high"]
+    assert "change_vs_warm_start" not in agent_1x
     memagent_eval.plot(rows, tmp_path / "length.png")
     assert (tmp_path / "length.png").stat().st_size > 10_000
     assert memagent_eval.markdown(rows).count("\n") == 2 + len(rows)

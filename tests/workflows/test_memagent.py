@@ -206,18 +206,20 @@ def test_full_context_prompt_keeps_the_whole_short_document(tokenizer):
     wf.reset(document, info("answer", 0, 1, "Where was the employer of Erin founded?"))
     assert tokenizer.decode(wf.prompt_ids()) == (
         "<|im_start|>user\nYou are presented with a problem and a section of an article that may contain the answer "
-        "to the problem. Please answer the problem based on the section and put the answer in \\boxed{}.\n\n"
+        "to the problem. Please quote the sentences of the section that the answer rests on, then answer the problem "
+        "and put the answer in \\boxed{}.\n\n"
         "<problem> Where was the employer of Erin founded? </problem>\n"
         f"<section> {document} </section>\n\nYour answer:\n" + TAIL
     )
-    response = reply(tokenizer, "\\boxed{Lima}")
-    assert wf.on_response(response) == ("\\boxed{Lima}", {"answer": [(0, len(response) - 1)]})
+    evidence = "Erin works at Globex. Globex was founded in Lima. \\boxed{Lima}"
+    response = reply(tokenizer, evidence)
+    assert wf.on_response(response) == (evidence, {"answer": [(0, len(response) - 1)]})
 
 
 def test_full_context_truncates_the_document_end_to_fit_the_window(tokenizer):
     documents = [f"Document {i}: person {i} works at company {i * 7}." for i in range(400)]
     document = "\n".join(documents)
-    for window in (150, 300, 1000):
+    for window in (180, 300, 1000):
         wf = FullContextWorkflow(tokenizer, max_context_tokens=window)
         wf.reset(document, info("answer", 0, 1))
         ids = wf.prompt_ids()
