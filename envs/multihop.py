@@ -90,12 +90,12 @@ class MultiHopConfig:
     so a model trained at one length cannot use "Document 10" as a sign that the context is about to end."""
 
     def __post_init__(self) -> None:
-        lengths = self.num_docs if isinstance(self.num_docs, (tuple, list)) else (self.num_docs,)
+        if isinstance(self.num_docs, list):  # JSON configs carry lists
+            object.__setattr__(self, "num_docs", tuple(self.num_docs))
+        lengths = self.lengths()
         if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in lengths):
             raise ValueError(f"MultiHopConfig.num_docs must be an int >= 2 (two gold documents) or a non-empty tuple "
                              f"of such ints, got {self.num_docs!r}")
-        if isinstance(self.num_docs, list):  # JSON configs carry lists
-            object.__setattr__(self, "num_docs", tuple(self.num_docs))
         if not isinstance(self.facts_per_doc, int) or self.facts_per_doc < 1:
             raise ValueError(f"MultiHopConfig.facts_per_doc must be an int >= 1, got {self.facts_per_doc!r}")
         if self.hardness not in ("easy", "hard"):
