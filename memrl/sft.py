@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task-options", type=_json(list, "a JSON list of objects"), default=[],
                    help="training.task_options: reset options taken in turn by env seed (a JSON list of objects)")
     p.add_argument("--num-train-tasks", type=int, default=train.num_train_tasks, help="training.num_train_tasks")
+    p.add_argument("--probe-rows", action="store_true",
+                   help="training.probe_rows: also train on each episode's last memory probe (workflow mempo)")
     p.add_argument("--num-eval-tasks", type=int, default=d.evaluation_cfg.evaluation_num_tasks,
                    help="evaluation.evaluation_num_tasks: held-out expert episodes, on the seeds after training's")
     p.add_argument("--batch-size", type=int, default=train.batch_size, help="training.batch_size: rows per step")
@@ -113,7 +115,8 @@ def config_from_args(args: argparse.Namespace) -> SFTConfig:
               .learners(model_path=str(Path(args.model).absolute()), num_learners=args.num_learners,
                         token_budget=args.token_budget)
               .training(lr=args.lr, batch_size=args.batch_size, steps=args.steps, steps_per_iteration=args.eval_every,
-                        num_train_tasks=args.num_train_tasks, task_options=args.task_options)
+                        num_train_tasks=args.num_train_tasks, task_options=args.task_options,
+                        probe_rows=args.probe_rows)
               .evaluation(evaluation_num_tasks=args.num_eval_tasks)
               .debugging(seed=args.seed))
     config.validate()

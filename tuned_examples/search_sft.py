@@ -38,6 +38,8 @@ class Stage:
     objectives: tuple[int, ...] = (NUM_OBJECTIVES,)
     """Questions per episode, taken in turn by seed (each with the CPU task's turn budget for its count): more
     than one count teaches a policy to search for every question of a task, whatever their number."""
+    probe_rows: bool = False
+    """Also train on each episode's memory probe (SFTTrainingConfig.probe_rows; MemPO's workflow only)."""
 
 
 MULTI = Stage(400, 2000, (1, 2, 4, 8))
@@ -66,7 +68,7 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
               .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
               .training(lr=1e-3, batch_size=32, steps=stage.steps, steps_per_iteration=min(400, stage.steps),
                         num_train_tasks=stage.num_train_tasks,
-                        task_options=task_options if len(stage.objectives) > 1 else [])
+                        task_options=task_options if len(stage.objectives) > 1 else [], probe_rows=stage.probe_rows)
               .evaluation(evaluation_num_tasks=num_eval_tasks)
               .debugging(seed=0))
     return sft.run(config, out.resolve())
@@ -110,6 +112,8 @@ def main() -> None:
     p.add_argument("--num-train-tasks", type=int, default=2000, help="expert episodes to train on (with --steps)")
     p.add_argument("--objectives", type=int, nargs="+", default=[NUM_OBJECTIVES],
                    help="questions per expert episode, several counts taken in turn (with --steps)")
+    p.add_argument("--probe-rows", action="store_true",
+                   help="also train on each episode's memory probe (with --steps; --workflow mempo)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
@@ -121,7 +125,7 @@ def main() -> None:
             p.error("--multi runs the MULTI stage from the shipped warm-start; leave out --steps and --init")
         build_multi(args.workflow, args.out / f"{args.workflow}_multi_search_sft", args.num_eval_tasks)
     elif args.steps:
-        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives))
+        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows)
         build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:
         if args.init:

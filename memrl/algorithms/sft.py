@@ -60,6 +60,11 @@ class SFTTrainingConfig(TrainingConfig):
     """Reset options of the expert episodes, taken in turn by env seed (seed s gets task_options[s % len]); empty:
     none. E.g. [{"num_objectives": 1, "max_turns": 4}, {"num_objectives": 4, "max_turns": 10}] on memrl/Search-v0
     mixes task sizes in one warm-start."""
+    probe_rows: bool = False
+    """Also train on each expert episode's last memory probe (the workflow's `probes`, MemPO's: the questions, the
+    memory the expert answered from and a request for the answers, then the gold answers), so the policy has read the
+    context its memories are scored in before RL scores them. Needs a workflow whose probes give "memory" and
+    "answer" (mempo); held-out probe rows are scored as `probe_nll`."""
 
 
 class SFTConfig(AlgorithmConfig):
@@ -81,6 +86,8 @@ class SFTConfig(AlgorithmConfig):
         if not isinstance(train.task_options, list) or not all(isinstance(o, dict) for o in train.task_options):
             raise ValueError(f"training.task_options={train.task_options!r} is not allowed; it must be a list of "
                              "dicts (reset options)")
+        if not isinstance(train.probe_rows, bool):
+            raise ValueError(f"training.probe_rows={train.probe_rows!r} is not allowed; it must be True or False")
         if train.loss.kind != "sft":
             raise ValueError(f"training.kind={train.loss.kind!r} is not allowed for SFT; it trains with kind='sft'")
         seed = self.debugging_cfg.seed
@@ -115,15 +122,26 @@ class SFT(Algorithm):
         self._task = dict(env_id=env.env, env_config=env.env_config, workflow=run.workflow,
                           workflow_config=run.workflow_config, tokenizer=tokenizer, max_calls=run.max_calls_per_episode,
                           task_options=train.task_options)
-        rows = collect_expert_rows(num_tasks=train.num_train_tasks, seed=self.seed, **self._task)
+        episodes = expert_episodes(num_tasks=train.num_train_tasks, seed=self.seed, **self._task)
+        rows = call_rows(episodes)
         eval_start = self.seed + train.num_train_tasks
         self.eval_seeds = range(eval_start, eval_start + self.cfg.evaluation_cfg.evaluation_num_tasks)
         # Held-out episodes take the evaluation's env overrides (say, another split of an env's tasks).
         self._eval_task = {**self._task, "env_config": {**env.env_config,
                                                         **self.cfg.evaluation_cfg.evaluation_env_config}}
-        self.eval_rows = collect_expert_rows(num_tasks=len(self.eval_seeds), seed=eval_start, **self._eval_task)
+        eval_episodes = expert_episodes(num_tasks=len(self.eval_seeds), seed=eval_start, **self._eval_task)
+        self.eval_rows = call_rows(eval_episodes)
         # Greedy episodes may reply as long as the longest expert response; a longer reply is wrong anyway.
         self.max_tokens = max(len(r["response_ids"]) for r in rows + self.eval_rows)
+        self.eval_probe_rows: list[TrainRow] = []
+        self.num_probe_rows = 0
+        if train.probe_rows:
+            probes = probe_rows(episodes)
+            if not probes:
+                raise ValueError(f"training.probe_rows=True, but workflow {run.workflow!r} attached no memory probes "
+                                 "(\"memory\" and \"answer\") to the expert episodes; the mempo workflow does")
+            rows, self.num_probe_rows = rows + probes, len(probes)
+            self.eval_probe_rows = probe_rows(eval_episodes)
         # The learner's train_step reads these; the SFT loss ignores them.
         self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
                             "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
@@ -174,19 +192,23 @@ class SFT(Algorithm):
 
     def evaluate(self) -> dict[str, float]:
         """Held-out NLL per token (learners' forward), per-call exact match and the mean greedy return with its 95%
-        interval (the engine, holding the weights of the last iteration)."""
+        interval (the engine, holding the weights of the last iteration); with probe rows, their held-out NLL."""
         eos = self._task["tokenizer"].eos_token_id
         returns = greedy_rewards(self.engine, seeds=self.eval_seeds, max_tokens=self.max_tokens, **self._eval_task)
         reward, low, high = reward_interval(returns)
-        return {"step": self.steps_done, "eval_nll": heldout_nll(self.learner_group, self.eval_rows),
-                "call_exact_match": call_exact_match(self.engine, self.eval_rows, eos),
-                "reward_mean": reward, "reward_ci_low": low, "reward_ci_high": high}
+        figures = {"step": self.steps_done, "eval_nll": heldout_nll(self.learner_group, self.eval_rows),
+                   "call_exact_match": call_exact_match(self.engine, self.eval_rows, eos),
+                   "reward_mean": reward, "reward_ci_low": low, "reward_ci_high": high}
+        if self.eval_probe_rows:
+            figures["probe_nll"] = heldout_nll(self.learner_group, self.eval_probe_rows)
+        return figures
 
     def summary(self) -> dict[str, Any]:
         """The run so far: its config, the evaluation curve (initial, final), the training NLL per step, times."""
         return {"config": self.cfg.to_dict(), "num_train_rows": len(self.train_rows),
-                "num_eval_rows": len(self.eval_rows), "initial": self.curve[0], "final": self.curve[-1],
-                "curve": self.curve, "train_nll": self.train_nll, "train_step_s": self.train_s}
+                "num_probe_rows": self.num_probe_rows, "num_eval_rows": len(self.eval_rows),
+                "initial": self.curve[0], "final": self.curve[-1], "curve": self.curve, "train_nll": self.train_nll,
+                "train_step_s": self.train_s}
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Steps taken, the batch draws' RNG, the evaluation curve and the training NLL so far."""
@@ -209,12 +231,19 @@ SFTConfig.algo_class = SFT
 def collect_expert_rows(env_id: str, env_config: dict, workflow: str, workflow_config: dict,
                         tokenizer: PreTrainedTokenizerBase, num_tasks: int, seed: int, max_calls: int = 64,
                         task_options: Sequence[dict] = ()) -> list[TrainRow]:
-    """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1 (reset with
-    `episode_options(task_options, seed)`), one row per LLM call.
+    """Training rows of expert episodes on env seeds seed .. seed + num_tasks - 1: `call_rows(expert_episodes(...))`."""
+    return call_rows(expert_episodes(env_id, env_config, workflow, workflow_config, tokenizer, num_tasks, seed,
+                                     max_calls, task_options))
 
-    The episodes run through the episode loop with the scripted expert (ExpertResponder) in place of the model:
-    prompt_ids are the workflow's own ids, response_ids the tokenized expert response plus the EOS stop token,
-    loss_mask all ones. `max_calls` caps an episode as the env runners do.
+
+def expert_episodes(env_id: str, env_config: dict, workflow: str, workflow_config: dict,
+                    tokenizer: PreTrainedTokenizerBase, num_tasks: int, seed: int, max_calls: int = 64,
+                    task_options: Sequence[dict] = ()) -> list[Trajectory]:
+    """Expert episodes on env seeds seed .. seed + num_tasks - 1 (reset with `episode_options(task_options, seed)`).
+
+    The episodes run through the episode loop with the scripted expert (ExpertResponder) in place of the model, so
+    prompt ids are the workflow's own and each response is the tokenized expert response plus the EOS stop token.
+    `max_calls` caps an episode as the env runners do.
     """
     import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
 
@@ -229,12 +258,29 @@ def collect_expert_rows(env_id: str, env_config: dict, workflow: str, workflow_c
         expert = ExpertResponder(env, wf, eos)
         return await run_episode(env, wf, task, expert, max_calls=max_calls, check_action=expert.check_action)
 
-    rows: list[TrainRow] = []
-    for task in _tasks(range(seed, seed + num_tasks), task_options):
-        for c in asyncio.run(expert_episode(task)).conversations:
-            rows.append(TrainRow(prompt_ids=c.prompt_ids.astype(np.int64), response_ids=c.response_ids.astype(np.int64),
-                                 loss_mask=c.loss_mask))
+    episodes = [asyncio.run(expert_episode(task)) for task in _tasks(range(seed, seed + num_tasks), task_options)]
     env.close()
+    return episodes
+
+
+def call_rows(episodes: Sequence[Trajectory]) -> list[TrainRow]:
+    """One row per LLM call of the episodes: the call's prompt and response ids, loss_mask all ones."""
+    return [TrainRow(prompt_ids=c.prompt_ids.astype(np.int64), response_ids=c.response_ids.astype(np.int64),
+                     loss_mask=c.loss_mask)
+            for episode in episodes for c in episode.conversations]
+
+
+def probe_rows(episodes: Sequence[Trajectory]) -> list[TrainRow]:
+    """One row per episode that has a memory probe: the last call's "memory" probe context (the memory the expert
+    answered from) and its "answer" tokens, the sequence MemPO scores memories by. Earlier memories are left out: they
+    may not hold every answer yet, and a row would teach the policy to answer beyond its memory."""
+    rows = []
+    for episode in episodes:
+        probed = [c.probes for c in episode.conversations if {"memory", "answer"} <= c.probes.keys()]
+        if probed:
+            answer = probed[-1]["answer"].astype(np.int64)
+            rows.append(TrainRow(prompt_ids=probed[-1]["memory"].astype(np.int64), response_ids=answer,
+                                 loss_mask=np.ones(len(answer), np.int8)))
     return rows
 
 

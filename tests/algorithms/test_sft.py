@@ -12,11 +12,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs  # noqa: F401  (registers memrl/Echo-v0)
 from envs.text_space import text_space
-from memrl.algorithms.sft import SFT, SFTConfig, call_exact_match, collect_expert_rows, episode_options
+from memrl.algorithms.sft import (
+    SFT,
+    SFTConfig,
+    call_exact_match,
+    call_rows,
+    collect_expert_rows,
+    episode_options,
+    expert_episodes,
+    probe_rows,
+)
 from memrl.engines.torch_engine import TorchEngine
 from memrl.sft import SUMMARY_FILE, run
 from memrl.workflows import WORKFLOWS
 from memrl.workflows.base import LastObservationWorkflow, Workflow
+from memrl.workflows.search_prompts import MEMORY_PROBE
 
 
 class NoExpertEnv(gym.Env):
@@ -99,6 +109,25 @@ def test_task_options_mix_task_sizes_by_seed(tokenizer):
     assert episode_options(options, 7) == options[1] and episode_options([], 7) is None
 
 
+def test_probe_rows_are_each_episodes_last_memory_probe(tokenizer):
+    episodes = expert_episodes("memrl/Search-v0", {"num_objectives": 2, "max_turns": 6}, "mempo", {}, tokenizer,
+                               num_tasks=3, seed=4)
+    rows = probe_rows(episodes)
+    assert len(rows) == 3 and len(call_rows(episodes)) == sum(len(e.conversations) for e in episodes)
+    for row, episode in zip(rows, episodes):
+        last = tokenizer.decode(episode.conversations[-1].response_ids)
+        memory = last.split("<mem>\n")[1].split("\n</mem>")[0]
+        answers = last.split("<answer>\n")[1].split("\n</answer>")[0]
+        prompt = tokenizer.decode(row["prompt_ids"])
+        # the questions, the memory the expert answered from, the probe's request, then the answer's opening line
+        assert f"<mem>\n{memory}\n</mem>" in prompt
+        assert prompt.endswith(f"{MEMORY_PROBE}<|im_end|>\n<|im_start|>assistant\n<answer>\n")
+        assert tokenizer.decode(row["response_ids"]) == answers
+        np.testing.assert_array_equal(row["loss_mask"], np.ones(len(row["response_ids"])))
+    # only workflows that attach memory probes give probe rows
+    assert probe_rows(expert_episodes("memrl/Search-v0", {}, "react", {}, tokenizer, num_tasks=2, seed=4)) == []
+
+
 def test_env_without_expert_action_is_refused(tokenizer):
     if "memrl_test/NoExpert-v0" not in gym.registry:
         gym.register("memrl_test/NoExpert-v0", entry_point=NoExpertEnv)
@@ -128,6 +157,7 @@ def _config(checkpoint, **training) -> SFTConfig:
     (lambda c: c.training(task_options={"num_turns": 2}), "training.task_options=.* must be a list of dicts"),
     (lambda c: c.training(kind="policy"), "training.kind='policy' is not allowed for SFT"),
     (lambda c: c.debugging(seed=-1), "debugging.seed=-1 is not allowed"),
+    (lambda c: c.training(probe_rows="yes"), "training.probe_rows='yes' is not allowed"),
     (lambda c: c.env_runners(workflow="nope"), "env_runners.workflow='nope' is not registered"),
 ])
 def test_config_names_bad_values(tiny_checkpoint, change, message):
@@ -172,6 +202,21 @@ def test_held_out_episodes_take_the_evaluation_env_overrides(ray_session, tiny_c
               .evaluation(evaluation_env_config={"num_turns": 3}))
     summary = run(config, tmp_path / "sft")
     assert summary["num_train_rows"] == 200 and summary["num_eval_rows"] == 32 * 3
+
+
+@pytest.mark.slow
+def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, tiny_checkpoint, tmp_path):
+    search = {"num_objectives": 2, "max_turns": 6}
+    config = (_config(tiny_checkpoint, steps=1, steps_per_iteration=1, num_train_tasks=20, probe_rows=True)
+              .environment("memrl/Search-v0", env_config=search).env_runners(workflow="mempo")
+              .evaluation(evaluation_num_tasks=4))
+    summary = run(config, tmp_path / "sft")
+    calls = call_rows(expert_episodes("memrl/Search-v0", search, "mempo", {}, AutoTokenizer.from_pretrained(
+        tiny_checkpoint), num_tasks=20, seed=1))
+    assert summary["num_probe_rows"] == 20 and summary["num_train_rows"] == len(calls) + 20
+    assert summary["initial"]["probe_nll"] > summary["final"]["probe_nll"] > 0
+    with pytest.raises(ValueError, match="training.probe_rows=True, but workflow 'react' attached no memory probes"):
+        config.env_runners(workflow="react").build()
 
 
 @pytest.mark.slow
