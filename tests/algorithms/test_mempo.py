@@ -115,9 +115,8 @@ def _score_with(model):
 
 def test_memory_holding_the_answer_earns_the_higher_reward():
     """Hand-built memories for real questions, scored by the shipped MemPO warm-start through the workflow's probes:
-    a memory with the gold facts earns more than one without them, on average and on most questions. Not on every
-    question: the probe (an answer right after a memory) is a context the warm-start never trained on, so its
-    probabilities are small and noisy."""
+    a memory with the gold facts earns more than one without them, on average and on almost every question (the
+    warm-start's last stage trained on the probe: the answers right after the questions and a memory)."""
     tokenizer = AutoTokenizer.from_pretrained(WARM_START)
     score = _score_with(AutoModelForCausalLM.from_pretrained(WARM_START, dtype=torch.float32).eval())
     rewards = {"with": [], "without": []}
@@ -139,7 +138,7 @@ def test_memory_holding_the_answer_earns_the_higher_reward():
             rewards[name].append(memory_rewards([memory_lp], [prefix_lp])[0])
     with_facts, without = np.array(rewards["with"]), np.array(rewards["without"])
     assert with_facts.mean() > without.mean(), rewards
-    assert (with_facts > without).sum() >= 12, rewards
+    assert (with_facts > without).sum() >= 14, rewards
 
 
 @pytest.mark.slow
@@ -161,7 +160,8 @@ def test_mempo_iteration_from_the_warm_start(ray_session):
     algo.stop()
     learners = result["learners"]
     assert learners["rows"] == 8  # one stitched row per trajectory
-    # Nearly every call of the warm-start opens with a <mem> block, and each becomes a scored memory.
-    assert learners["memory_count"] >= 0.8 * result["env_runners"]["calls"]
+    # Most calls of the warm-start open with a <mem> block (after an invalid action it may answer at once), and each
+    # becomes a scored memory.
+    assert learners["memory_count"] >= 0.6 * result["env_runners"]["calls"]
     assert -1 <= learners["memory_reward_mean"] <= 1 and 0 < learners["memory_p_gold_mean"] <= 1
     assert learners["tokens"] == result["env_runners"]["new_tokens"]
