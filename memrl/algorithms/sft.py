@@ -133,15 +133,13 @@ class SFT(Algorithm):
         self.eval_rows = call_rows(eval_episodes)
         # Greedy episodes may reply as long as the longest expert response; a longer reply is wrong anyway.
         self.max_tokens = max(len(r["response_ids"]) for r in rows + self.eval_rows)
-        self.eval_probe_rows: list[TrainRow] = []
-        self.num_probe_rows = 0
-        if train.probe_rows:
-            probes = probe_rows(episodes)
-            if not probes:
-                raise ValueError(f"training.probe_rows=True, but workflow {run.workflow!r} attached no memory probes "
-                                 "(\"memory\" and \"answer\") to the expert episodes; the mempo workflow does")
-            rows, self.num_probe_rows = rows + probes, len(probes)
-            self.eval_probe_rows = probe_rows(eval_episodes)
+        probes = probe_rows(episodes) if train.probe_rows else []
+        if train.probe_rows and not probes:
+            raise ValueError(f"training.probe_rows=True, but workflow {run.workflow!r} attached no memory probes "
+                             "(\"memory\" and \"answer\") to the expert episodes; the mempo workflow does")
+        rows += probes
+        self.num_probe_rows = len(probes)
+        self.eval_probe_rows = probe_rows(eval_episodes) if probes else []
         # The learner's train_step reads these; the SFT loss ignores them.
         self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
                             "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
