@@ -92,6 +92,10 @@ class SearchConfig:
     """Actions are cut to this many printable characters before they are parsed."""
     seed_offset: int = 0
     """Task seed = reset seed + seed_offset."""
+    expert_notes: bool = False
+    """The scripted expert's memory (`expert_memory`): one short note per question answered so far, `Q3 Kolm`,
+    so a 64-token memory holds eight questions' answers. False: the env offers none, and a memory workflow's
+    expert keeps the passages it read (about two questions' worth in 64 tokens). Only SFT warm-starts read it."""
 
     def __post_init__(self) -> None:
         for name, low in (("num_objectives", 1), ("max_turns", 1), ("top_k", 1), ("max_query_chars", 1),
@@ -105,6 +109,8 @@ class SearchConfig:
                 raise ValueError(f"SearchConfig.{name} must be a number > 0, got {value!r}")
         if isinstance(self.http_retries, bool) or not isinstance(self.http_retries, int) or self.http_retries < 0:
             raise ValueError(f"SearchConfig.http_retries must be an int >= 0, got {self.http_retries!r}")
+        if not isinstance(self.expert_notes, bool):
+            raise TypeError(f"SearchConfig.expert_notes must be a bool, got {self.expert_notes!r}")
         if not isinstance(self.seed_offset, int):
             raise TypeError(f"SearchConfig.seed_offset must be an int, got {self.seed_offset!r}")
         if self.reward not in REWARDS:
@@ -115,6 +121,9 @@ class SearchConfig:
             raise ValueError("SearchConfig.data='file' needs qa_path, the QA file to read questions from")
         if self.http_api not in HTTP_APIS:
             raise ValueError(f"SearchConfig.http_api={self.http_api!r} is not allowed; choose one of {HTTP_APIS}")
+        if self.expert_notes and self.data != "synthetic":
+            raise ValueError("SearchConfig.expert_notes needs data='synthetic': the notes are the generator's gold "
+                             "answers")
         if self.data == "synthetic" and self.corpus_path is not None:
             raise ValueError("SearchConfig.corpus_path is only for data='file'; the synthetic data brings its corpus")
         if not isinstance(self.retriever, str) or (
@@ -450,6 +459,16 @@ class SearchEnv(gym.Env):
                 if query not in self._searched:
                     return f"<search>{query}</search>"
         return "<answer>" + "; ".join(q.answers[0] for q in self.questions) + "</answer>"
+
+    def expert_memory(self) -> str | None:
+        """With `expert_notes`: what the expert's memory holds now, a line `Q<i> <answer>` for every question whose
+        hops have all been searched (its answer was in a passage read), in question order; None without it."""
+        if not self.config.expert_notes:
+            return None
+        if not self.questions or self._done:
+            raise RuntimeError("SearchEnv.expert_memory needs a running episode; call reset() first")
+        return "\n".join(f"Q{i} {q.answers[0]}" for i, q in enumerate(self.questions, start=1)
+                         if all(query in self._searched for query in q.queries))
 
     def _info(self) -> dict:
         return {

@@ -178,7 +178,9 @@ class ExpertResponder:
 
     The env's unwrapped instance implements `expert_action() -> str` (the right action now) and the workflow
     `expert_response(action) -> str` (the reply its `on_response` parses back to that action); the reply's ids are
-    the tokenized response plus the EOS stop token. Pass `check_action` to `run_episode` so a workflow whose parse
+    the tokenized response plus the EOS stop token. An env that also implements `expert_memory() -> str | None`
+    says what a memory agent should keep now; when it gives a text, the workflow gets it as
+    `expert_response(action, memory=text)`. Pass `check_action` to `run_episode` so a workflow whose parse
     does not give the action back is named.
     """
 
@@ -193,13 +195,16 @@ class ExpertResponder:
             raise ValueError(
                 f"workflow {type(workflow).__name__} has no expert_response(); SFT warm-starts need it to implement "
                 "expert_response(action) -> str, the reply its on_response parses back to the action")
+        self.expert_memory = getattr(env.unwrapped, "expert_memory", None)
         self.workflow = workflow
         self.eos_token_id = eos_token_id
         self._action = self._text = ""
 
     async def __call__(self, prompt_ids: list[int]) -> GenerationOutput:
         self._action = self.expert_action()
-        self._text = self.workflow.expert_response(self._action)
+        memory = self.expert_memory() if callable(self.expert_memory) else None
+        self._text = (self.workflow.expert_response(self._action) if memory is None
+                      else self.workflow.expert_response(self._action, memory=memory))
         ids = self.workflow.text_ids(self._text) + [self.eos_token_id]
         return GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop", weight_version=0)
 

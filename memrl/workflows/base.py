@@ -13,7 +13,8 @@ class Workflow(ABC):
     The env runner calls `reset` with the env's first observation, then loops: `prompt_ids` -> LLM ->
     `on_response` (returns the env action) -> env.step -> `observe`, until the env ends the episode.
     One instance serves one trajectory at a time. A workflow that supports SFT warm-starts (memrl.algorithms.sft) also
-    implements `expert_response(action) -> str`: the response text its own `on_response` parses back to `action`.
+    implements `expert_response(action) -> str`: the response text its own `on_response` parses back to `action`;
+    a workflow with a memory also takes `memory=`, the memory the env's expert keeps (memrl.rollout.ExpertResponder).
 
     Env text and model replies are data: `chat_ids` and `text_ids` tokenize them as text, so a passage or a reply
     that spells a control token such as `<|im_start|>` never becomes that token in a prompt.

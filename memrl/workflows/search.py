@@ -129,13 +129,17 @@ class _SearchWorkflow(Workflow):
             last = min(last, first + self.memory_tokens)
         return self.decode(ids[first:last]).strip(), (first, last), text[end + len(f"</{tag}>"):]
 
-    def _expert_memory(self) -> str:
-        """The scripted expert's memory: the previous memory's lines plus the top passage of the latest search
-        (the passage about the entity searched for), dropping the oldest lines to fit memory_tokens."""
-        lines = [line for line in self.memory.splitlines() if line.strip()]
-        hit = PASSAGE.search(self.observation or "")
-        if hit and hit.group(1) not in lines:
-            lines.append(hit.group(1))
+    def _expert_memory(self, notes: str | None = None) -> str:
+        """The scripted expert's memory: the env's `notes` when it gives them (envs.search.SearchConfig.expert_notes),
+        else the previous memory's lines plus the top passage of the latest search (the passage about the entity
+        searched for); either way dropping the oldest lines to fit memory_tokens."""
+        if notes is not None:
+            lines = notes.splitlines()
+        else:
+            lines = [line for line in self.memory.splitlines() if line.strip()]
+            hit = PASSAGE.search(self.observation or "")
+            if hit and hit.group(1) not in lines:
+                lines.append(hit.group(1))
         if self.memory_tokens is not None:
             while lines and len(self.text_ids("\n".join(lines))) > self.memory_tokens:
                 lines.pop(0)
@@ -173,10 +177,11 @@ class MEM1Workflow(_SearchWorkflow):
         self.memory, _, self.last_action_text = self._read_memory(response_ids, "think")
         return _action(self.last_action_text), {}
 
-    def expert_response(self, action: str) -> str:
-        """The state is the cumulative summary (top passage of every search, within memory_tokens), then the action."""
+    def expert_response(self, action: str, memory: str | None = None) -> str:
+        """The state is the cumulative summary (the env's notes, else the top passage of every search; within
+        memory_tokens), then the action."""
         _parse_action(action)
-        return f"<think>{self._expert_memory()}</think>{action}"
+        return f"<think>{self._expert_memory(memory)}</think>{action}"
 
 
 class MemSearcherWorkflow(_SearchWorkflow):
@@ -239,10 +244,10 @@ class MemSearcherWorkflow(_SearchWorkflow):
                 return f"<answer>{text[boxed + len(BOXED):close].strip()}</answer>"
         return ""
 
-    def expert_response(self, action: str) -> str:
+    def expert_response(self, action: str, memory: str | None = None) -> str:
         """Updated memory (after a search), one line of reasoning, then the tool call or the boxed answer."""
         tag, content = _parse_action(action)
-        memory = f"<memory>{self._expert_memory()}</memory>\n" if self.observation is not None else ""
+        memory = f"<memory>{self._expert_memory(memory)}</memory>\n" if self.observation is not None else ""
         if tag == "search":
             call = json.dumps({"name": SEARCH_TOOL["function"]["name"], "arguments": {"query": content}})
             act = f"<tool_call>{call}</tool_call>"
@@ -314,10 +319,10 @@ class MemPOWorkflow(_SearchWorkflow):
             for prompt, memory in self._calls
         ]
 
-    def expert_response(self, action: str) -> str:
+    def expert_response(self, action: str, memory: str | None = None) -> str:
         """MemPO's layout, one part per line: the cumulative memory, one line of reasoning, the action."""
         tag, content = _parse_action(action)
-        return (f"<mem>\n{self._expert_memory()}\n</mem>\n<think>\n{_reasoning(action)}\n</think>\n"
+        return (f"<mem>\n{self._expert_memory(memory)}\n</mem>\n<think>\n{_reasoning(action)}\n</think>\n"
                 f"<{tag}>\n{content}\n</{tag}>")
 
 
@@ -354,8 +359,9 @@ class ReActWorkflow(_SearchWorkflow):
         self.last_reply = self.decode(response_ids)
         return _action(self.last_reply), {}
 
-    def expert_response(self, action: str) -> str:
-        """One line of reasoning, then the action (the history itself is the memory)."""
+    def expert_response(self, action: str, memory: str | None = None) -> str:
+        """One line of reasoning, then the action (the history itself is the memory: the env's notes are not
+        used)."""
         return f"<think>{_reasoning(action)}</think>\n{action}"
 
 

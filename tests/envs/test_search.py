@@ -1,3 +1,4 @@
+import itertools
 import json
 import random
 import string
@@ -61,6 +62,27 @@ def test_expert_earns_full_reward(num_objectives, max_turns, reward, full):
         hops = len({query for q in env.questions for query in q.queries})  # a query two questions share runs once
         assert metrics["num_searches"] == hops and metrics["num_turns"] == hops + 1 and metrics["num_invalid"] == 0
         assert info["answers"] == [list(q.answers) for q in env.questions] and not info["out_of_turns"]
+
+
+def test_expert_notes_hold_each_answered_question():
+    assert SearchEnv(num_objectives=2, max_turns=6).expert_memory() is None  # off by default
+    env = SearchEnv(num_objectives=4, max_turns=10, expert_notes=True)
+    for seed in range(5):
+        env.reset(seed=seed)
+        notes = [env.expert_memory()]
+        while True:
+            *_, terminated, truncated, info = env.step(env.expert_action())
+            if terminated or truncated:
+                break
+            notes.append(env.expert_memory())
+        answers = [a[0] for a in info["answers"]]
+        assert notes[0] == "" and notes[-1] == "\n".join(f"Q{i} {a}" for i, a in enumerate(answers, start=1))
+        # A note appears once its question's last hop has been read; never before, never out of order.
+        for note, searched in zip(notes, itertools.accumulate(([q] for q in env._searched), initial=[])):
+            done = [i for i, q in enumerate(env.questions, start=1) if set(q.queries) <= set(searched)]
+            assert note == "\n".join(f"Q{i} {answers[i - 1]}" for i in done)
+    with pytest.raises(RuntimeError, match="needs a running episode"):
+        env.expert_memory()
 
 
 def test_reset_search_and_hint():
@@ -397,6 +419,10 @@ def test_bad_config_is_named(files):
         SearchEnv(data="file")
     with pytest.raises(ValueError, match="retriever='faiss' is not allowed; give 'bm25' or an http"):
         SearchEnv(retriever="faiss")
+    with pytest.raises(ValueError, match="expert_notes needs data='synthetic'"):
+        SearchEnv(expert_notes=True, **files)
+    with pytest.raises(TypeError, match="expert_notes must be a bool, got 1"):
+        SearchEnv(expert_notes=1)
     with pytest.raises(ValueError, match="corpus_path is only for data='file'"):
         SearchEnv(corpus_path=files["corpus_path"])
     with pytest.raises(ValueError, match="needs corpus_path"):

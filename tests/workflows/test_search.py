@@ -19,6 +19,7 @@ from memrl.workflows.search_prompts import (
     REACT_TEMPLATE,
     TOOL_RESPONSE,
 )
+from tuned_examples.search_agents import warm_start
 
 CONFIGS = {
     "mem1": {"memory_tokens": 128},
@@ -45,10 +46,11 @@ def chat(tokenizer, messages):
                                                           return_dict=False))
 
 
-def expert_episode(tokenizer, name, num_objectives, seed, config=None):
-    """One episode of the env's scripted expert written by the workflow's expert_response: per call the prompt
-    text, its length, the reply text, the action and the observation that followed; plus reward and final info."""
-    env = SearchEnv(num_objectives=num_objectives, max_turns=2 * num_objectives + 2)
+def expert_episode(tokenizer, name, num_objectives, seed, config=None, notes=False):
+    """One episode of the env's scripted expert written by the workflow's expert_response (given the env's expert
+    memory, as memrl.rollout.ExpertResponder does, with `notes`): per call the prompt text, its length, the reply
+    text, the action and the observation that followed; plus reward and final info."""
+    env = SearchEnv(num_objectives=num_objectives, max_turns=2 * num_objectives + 2, expert_notes=notes)
     obs, info = env.reset(seed=seed)
     wf = workflow_class(name)(tokenizer, **(CONFIGS[name] if config is None else config))
     wf.reset(obs, info)
@@ -56,7 +58,7 @@ def expert_episode(tokenizer, name, num_objectives, seed, config=None):
     while not done:
         prompt = wf.prompt_ids()
         expert = env.expert_action()
-        text = wf.expert_response(expert)
+        text = wf.expert_response(expert, memory=env.expert_memory()) if notes else wf.expert_response(expert)
         action, spans = wf.on_response(reply(tokenizer, text))
         assert action == expert  # the round trip SFT relies on
         obs, reward, terminated, truncated, info = env.step(action)
@@ -75,6 +77,30 @@ def test_expert_episodes_round_trip_and_earn_full_reward(tokenizer, name):
             calls, reward, info = expert_episode(tokenizer, name, num_objectives, seed)
             assert reward == num_objectives and info["metrics"]["format_ok"] == 1.0
             assert len(calls) == info["metrics"]["num_searches"] + 1 >= num_objectives + 1
+
+
+@pytest.mark.parametrize("name", ["mem1", "mempo", "memsearcher"])
+def test_expert_notes_keep_every_answer_of_eight_questions_in_64_tokens(name):
+    tokenizer = AutoTokenizer.from_pretrained(warm_start(name))  # the shipped models' tokenizer (numbers are digits)
+    config = {**CONFIGS[name], "memory_tokens": 64}
+    for seed in range(3):
+        calls, reward, info = expert_episode(tokenizer, name, 8, seed, config=config, notes=True)
+        assert reward == 8 and info["metrics"]["format_ok"] == 1.0
+        answers = [a[0] for a in info["answers"]]
+        # The answering call's memory holds one note per question, in order: what the answer is read from.
+        assert calls[-1]["memory"] == "\n".join(f"Q{i} {a}" for i, a in enumerate(answers, start=1))
+        # Notes grow one question at a time, as each question's last hop is read.
+        counts = [len(call["memory"].splitlines()) for call in calls]
+        assert counts == sorted(counts) and counts[0] == 0
+        # Without notes the same memory keeps passages and has lost the first questions' facts by the end.
+        calls, *_ = expert_episode(tokenizer, name, 8, seed, config=config)
+        assert "Q1 " not in calls[-1]["memory"] and len(calls[-1]["memory"].splitlines()) < 8
+
+
+def test_react_ignores_the_expert_notes(tokenizer):
+    plain, _, _ = expert_episode(tokenizer, "react", 3, seed=5)
+    noted, reward, _ = expert_episode(tokenizer, "react", 3, seed=5, notes=True)
+    assert [c["reply"] for c in noted] == [c["reply"] for c in plain] and reward == 3
 
 
 def test_mem1_context_is_the_prompt_and_the_previous_turn_only(tokenizer):
