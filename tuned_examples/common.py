@@ -17,6 +17,7 @@ from memrl.cluster import VERBOSE_ENV, ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.engines import ENGINES
 from memrl.models import tiny
+from memrl.sft import SUMMARY_FILE
 from memrl.stats import eval_summary, paired_interval, reward_interval
 
 RUNS = Path("runs")
@@ -150,7 +151,8 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
     algo.save_to_path(out / "checkpoint")
     algo.save_model(out / "model")
     algo.stop()
-    summary = {"reward_per_iteration": curve, "eval_before": before, "eval_after": after, "score": key,
+    summary = {"init": config.learners_cfg.model_path, "reward_per_iteration": curve, "eval_before": before,
+               "eval_after": after, "score": key,
                "score_per_iteration": score_curve, "learners_per_iteration": learners, "counters": counters,
                "change": {"mean": change, "ci_low": low, "ci_high": high},
                "wall_s": time.perf_counter() - start, "eval_s": eval_s,
@@ -163,6 +165,34 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
     print(f"change on the same tasks: {change:+.3f} [{low:+.3f}, {high:+.3f}]")
     print(f"wrote {out} in {summary['wall_s']:.0f} s")
     return summary
+
+
+def training_budget(checkpoint: str | Path) -> str:
+    """What `checkpoint` was trained with, in words: its SFT stages (steps x rows per step, from its
+    sft_summary.json) or, for a policy `train` wrote (<run>/model), the RL iterations and trajectories trained
+    after its starting checkpoint's budget."""
+    path = Path(checkpoint)
+    sft_file, rl_file = path / SUMMARY_FILE, path.parent / "summary.json"
+    if sft_file.is_file():
+        last = json.loads(sft_file.read_text())
+        # The stage's config is SFTConfig.to_dict() (settings under "training"), or flat in older summaries.
+        stages = [stage["config"].get("training", stage["config"]) for stage in [*last.get("earlier_stages", []), last]]
+        steps = "+".join(str(stage["steps"]) for stage in stages)
+        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows"
+    if path.name == "model" and rl_file.is_file():
+        run = json.loads(rl_file.read_text())
+        rl = (f"RL {len(run['reward_per_iteration'])} iterations, "
+              f"{run['counters'].get('trajectories_trained', 0)} trajectories trained")
+        return f"{training_budget(run['init'])}, then {rl}" if run.get("init") else rl
+    return "not recorded"
+
+
+def budget_table(policies: list[tuple[str, str | Path]]) -> str:
+    """A Markdown table of what each (name, checkpoint) was trained with (training_budget), for the comparison
+    tables: a baseline is only as good as the training it got."""
+    lines = ["| policy | trained with |", "|---|---|"]
+    lines += [f"| {name} | {training_budget(path)} |" for name, path in dict(policies).items()]
+    return "\n".join(lines) + "\n"
 
 
 def score(trajectory, metric: str | None) -> float:

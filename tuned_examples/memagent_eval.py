@@ -23,7 +23,7 @@ import numpy as np
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval
-from tuned_examples.common import RUNS, init_ray, trained_policy
+from tuned_examples.common import RUNS, budget_table, init_ray, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
@@ -141,12 +141,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
     init_ray(0)
-    rows = length_table(policies(trained), sorted(args.multipliers), args.num_tasks, args.engine)
+    measured = policies(trained)
+    rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine)
+    budgets = budget_table([(name, path) for name, path, _ in measured])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "length.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "length.md").write_text(markdown(rows))
+    (args.out / "length.md").write_text(markdown(rows) + "\n" + budgets)
     plot(rows, args.out / "length.png")
-    print(markdown(rows))
+    print(markdown(rows) + "\n" + budgets)
     print(f"wrote {args.out}/length.json, length.md, length.png")
     return rows
 

@@ -29,7 +29,7 @@ import numpy as np
 import envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
-from tuned_examples.common import RUNS, heldout_summary, init_ray, trained_policy
+from tuned_examples.common import RUNS, budget_table, heldout_summary, init_ray, trained_policy
 from tuned_examples.memalpha_grpo import (
     ANSWER_MEMORIES,
     ANSWERER,
@@ -185,12 +185,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error("--multipliers, --num-tasks and --length-tasks must be positive integers")
     init_ray(0)
     answerer = start_answerer(ANSWERER_CHECKPOINT)  # noqa: F841 (the actor lives as long as its handle)
-    rows = evaluate(policies(trained), sorted(args.multipliers), args.num_tasks, args.length_tasks, args.engine)
+    measured = policies(trained)
+    rows = evaluate(measured, sorted(args.multipliers), args.num_tasks, args.length_tasks, args.engine)
+    # The rows without a policy's memory run the answerer, whose training is the expert memory row's.
+    budgets = budget_table([(name, path) for name, path, _ in measured])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "memalpha_eval.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "memalpha_eval.md").write_text(markdown(rows))
+    (args.out / "memalpha_eval.md").write_text(markdown(rows) + "\n" + budgets)
     plot(rows, args.out / "memalpha_eval.png")
-    print(markdown(rows))
+    print(markdown(rows) + "\n" + budgets)
     print(f"wrote {args.out}/memalpha_eval.json, memalpha_eval.md, memalpha_eval.png")
     return rows
 

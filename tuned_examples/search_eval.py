@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
-from tuned_examples.common import RUNS, init_ray, policy_arg
+from tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
 from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
@@ -136,10 +136,11 @@ def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks:
     rows = []
     for name, path, workflow in policies:
         rows += measure(name, path, workflow, objectives, num_tasks, engine)
+        done = [(n, p) for n, p, _ in policies[: policies.index((name, path, workflow)) + 1]]
         result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "peak_growth": peak_growth(rows),
-                  "num_tasks": num_tasks, "engine": engine}
+                  "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks, "engine": engine}
         (out / "search_table.json").write_text(json.dumps(result, indent=1))
-        (out / "search_table.md").write_text(markdown(rows))
+        (out / "search_table.md").write_text(markdown(rows) + "\n" + budget_table(done))
         plot(rows, out / "search_table.png")
     return result
 
@@ -159,6 +160,7 @@ def main() -> None:
     init_ray(0)
     result = run(policies, args.objectives, args.num_tasks, args.engine, args.out)
     print(markdown(result["rows"]))
+    print(budget_table([(n, p) for n, p, _ in policies]))
     print("ReAct peak tokens per call over each policy's:", json.dumps(result["react_peak_ratio"]))
     print("Peak tokens per call, largest N over smallest:", json.dumps(result["peak_growth"]))
     print(f"wrote {args.out}")

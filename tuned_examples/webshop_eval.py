@@ -22,7 +22,7 @@ import numpy as np
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
-from tuned_examples.common import RUNS, init_ray, policy_arg
+from tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
 from tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
@@ -126,9 +126,11 @@ def run(policies: list[tuple[str, Path, str]], num_tasks: int, engine: str, out:
     for name, path, workflow in policies:
         row, lengths = measure(name, path, workflow, num_tasks, engine)
         rows.append({**row, "peak_by_calls": by_length(lengths)})
-        result = {"rows": rows, "num_tasks": num_tasks, "engine": engine}
+        done = [(n, p) for n, p, _ in policies[: len(rows)]]
+        result = {"rows": rows, "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks,
+                  "engine": engine}
         (out / "webshop_table.json").write_text(json.dumps(result, indent=1))
-        (out / "webshop_table.md").write_text(markdown(rows))
+        (out / "webshop_table.md").write_text(markdown(rows) + "\n" + budget_table(done))
         plot(rows, out / "webshop_table.png")
     return result
 
@@ -151,6 +153,7 @@ def main() -> None:
     init_ray(0)
     result = run(policies, args.num_tasks, args.engine, args.out)
     print(markdown(result["rows"]))
+    print(budget_table([(n, p) for n, p, _ in policies]))
     print(f"wrote {args.out}")
 
 

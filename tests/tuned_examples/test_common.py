@@ -1,12 +1,22 @@
 """Held-out scoring of the tuned examples: the reward, or one env figure of each trajectory."""
 
 import argparse
+import json
 
 import pytest
 
 from memrl.algorithms import DAPOConfig
 from memrl.episode import Trajectory
-from tuned_examples.common import heldout_summary, score, size_for_gpus, trained_policy, use_engine
+from tuned_examples.common import (
+    budget_table,
+    heldout_summary,
+    score,
+    size_for_gpus,
+    trained_policy,
+    training_budget,
+    use_engine,
+)
+from tuned_examples.search_agents import warm_start
 
 
 def _trajectory(reward: float, r_acc: float, failure: str | None = None) -> Trajectory:
@@ -70,3 +80,18 @@ def test_a_gpu_preset_can_be_served_by_the_torch_engine():
     assert torch_cfg.env_runners_cfg.engine == "torch"
     assert torch_cfg.env_runners_cfg.engine_config == {"dtype": "bfloat16", "max_model_len": 8192}
     assert use_engine(preset(), "vllm").env_runners_cfg.engine_config["kv_cache_bytes"] == 1 << 30
+
+
+def test_training_budget_reads_sft_stages_and_rl_runs(tmp_path):
+    # A shipped warm-start carries every stage it was built in.
+    assert training_budget(warm_start("mem1", multi=True)) == "SFT 400+800+400 steps x 32 rows"
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    summary = {"init": str(warm_start("react")), "reward_per_iteration": [0.1, 0.2, 0.3],
+               "counters": {"trajectories_trained": 192}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert training_budget(run / "model") == "SFT 400 steps x 32 rows, then RL 3 iterations, 192 trajectories trained"
+    assert training_budget(tmp_path) == "not recorded"
+    table = budget_table([("RL", run / "model"), ("other", tmp_path)])
+    assert table.splitlines()[2:] == [
+        "| RL | SFT 400 steps x 32 rows, then RL 3 iterations, 192 trajectories trained |", "| other | not recorded |"]

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from memrl.sft import SUMMARY_FILE
 from tuned_examples import memagent_eval, memagent_sft
-from tuned_examples.common import train
+from tuned_examples.common import train, training_budget
 from tuned_examples.memagent_dapo import (
     BASELINE_WINDOW,
     CPU_ITERATIONS,
@@ -73,6 +73,10 @@ def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
     assert (tmp_path / "checkpoint" / "prefetched" / "iteration_000002" / "batch.arrow").is_file()
     assert json.loads((tmp_path / "summary.json").read_text())["wall_s"] > 0
     assert (tmp_path / "curve.png").stat().st_size > 10_000
+    # Comparison tables say what a policy was trained with: its warm-start's SFT, then these RL iterations.
+    trained = summary["counters"]["trajectories_trained"]
+    assert training_budget(tmp_path / "model") == (
+        f"SFT 900 steps x 64 rows, then RL 2 iterations, {trained} trajectories trained")
 
 
 @pytest.mark.slow
