@@ -169,22 +169,30 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
 
 def training_budget(checkpoint: str | Path) -> str:
     """What `checkpoint` was trained with, in words: its SFT stages (steps x rows per step, from its
-    sft_summary.json) or, for a policy `train` wrote (<run>/model), the RL iterations and trajectories trained
-    after its starting checkpoint's budget."""
+    sft_summary.json) or, for a policy `train` wrote (<run>/model), its starting checkpoint's budget then the RL
+    iterations and trajectories trained; with the wall-clock minutes of it all where recorded (machines differ)."""
     path = Path(checkpoint)
     sft_file, rl_file = path / SUMMARY_FILE, path.parent / "summary.json"
     if sft_file.is_file():
         last = json.loads(sft_file.read_text())
-        # The stage's config is SFTConfig.to_dict() (settings under "training"), or flat in older summaries.
-        stages = [stage["config"].get("training", stage["config"]) for stage in [*last.get("earlier_stages", []), last]]
+        summaries = [*last.get("earlier_stages", []), last]
+        # A stage's config is SFTConfig.to_dict() (settings under "training"), or flat in older summaries.
+        stages = [summary["config"].get("training", summary["config"]) for summary in summaries]
         steps = "+".join(str(stage["steps"]) for stage in stages)
-        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows"
+        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{_minutes(summaries)}"
     if path.name == "model" and rl_file.is_file():
         run = json.loads(rl_file.read_text())
         rl = (f"RL {len(run['reward_per_iteration'])} iterations, "
-              f"{run['counters'].get('trajectories_trained', 0)} trajectories trained")
+              f"{run['counters'].get('trajectories_trained', 0)} trajectories trained{_minutes([run])}")
         return f"{training_budget(run['init'])}, then {rl}" if run.get("init") else rl
     return "not recorded"
+
+
+def _minutes(summaries: list[dict]) -> str:
+    """", N min" of the summaries' wall_s together, or "" when one lacks it."""
+    if not summaries or any("wall_s" not in summary for summary in summaries):
+        return ""
+    return f", {sum(summary['wall_s'] for summary in summaries) / 60:.0f} min"
 
 
 def budget_table(policies: list[tuple[str, str | Path]]) -> str:

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -83,15 +84,19 @@ def test_a_gpu_preset_can_be_served_by_the_torch_engine():
 
 
 def test_training_budget_reads_sft_stages_and_rl_runs(tmp_path):
-    # A shipped warm-start carries every stage it was built in.
-    assert training_budget(warm_start("mem1", multi=True)) == "SFT 400+800+400 steps x 32 rows"
+    # A shipped warm-start carries every stage it was built in, each with its wall time.
+    base = warm_start("react")
+    stage = json.loads((base / "sft_summary.json").read_text())
+    minutes = f"{stage['wall_s'] / 60:.0f} min"
+    assert training_budget(base) == f"SFT 400 steps x 32 rows, {minutes}"
+    assert re.fullmatch(r"SFT 400\+800\+\d+ steps x 32 rows, \d+ min", training_budget(warm_start("mem1", multi=True)))
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)
-    summary = {"init": str(warm_start("react")), "reward_per_iteration": [0.1, 0.2, 0.3],
-               "counters": {"trajectories_trained": 192}}
+    summary = {"init": str(base), "reward_per_iteration": [0.1, 0.2, 0.3], "counters": {"trajectories_trained": 192},
+               "wall_s": 600.0}
     (run / "summary.json").write_text(json.dumps(summary))
-    assert training_budget(run / "model") == "SFT 400 steps x 32 rows, then RL 3 iterations, 192 trajectories trained"
+    rl = f"SFT 400 steps x 32 rows, {minutes}, then RL 3 iterations, 192 trajectories trained, 10 min"
+    assert training_budget(run / "model") == rl
     assert training_budget(tmp_path) == "not recorded"
     table = budget_table([("RL", run / "model"), ("other", tmp_path)])
-    assert table.splitlines()[2:] == [
-        "| RL | SFT 400 steps x 32 rows, then RL 3 iterations, 192 trajectories trained |", "| other | not recorded |"]
+    assert table.splitlines()[2:] == [f"| RL | {rl} |", "| other | not recorded |"]
