@@ -94,8 +94,9 @@ class SearchConfig:
     """Task seed = reset seed + seed_offset."""
     expert_notes: bool = False
     """The scripted expert's memory (`expert_memory`): one short note per question answered so far, `Q3 Kolm`,
-    so a 64-token memory holds eight questions' answers. False: the env offers none, and a memory workflow's
-    expert keeps the passages it read (about two questions' worth in 64 tokens). Only SFT warm-starts read it."""
+    then the number of the question it works on, `Q4`; a 64-token memory holds eight questions' answers. False: the
+    env offers none, and a memory workflow's expert keeps the passages it read (about two questions' worth in 64
+    tokens). Only SFT warm-starts read it."""
 
     def __post_init__(self) -> None:
         for name, low in (("num_objectives", 1), ("max_turns", 1), ("top_k", 1), ("max_query_chars", 1),
@@ -462,13 +463,18 @@ class SearchEnv(gym.Env):
 
     def expert_memory(self) -> str | None:
         """With `expert_notes`: what the expert's memory holds now, a line `Q<i> <answer>` for every question whose
-        hops have all been searched (its answer was in a passage read), in question order; None without it."""
+        hops have all been searched (its answer was in a passage read), in question order, then `Q<k>` for the
+        question it works on next, if any (the pointer the next search copies its entity by); None without it."""
         if not self.config.expert_notes:
             return None
         if not self.questions or self._done:
             raise RuntimeError("SearchEnv.expert_memory needs a running episode; call reset() first")
-        return "\n".join(f"Q{i} {q.answers[0]}" for i, q in enumerate(self.questions, start=1)
-                         if all(query in self._searched for query in q.queries))
+        lines = []
+        for i, question in enumerate(self.questions, start=1):
+            if not all(query in self._searched for query in question.queries):
+                return "\n".join([*lines, f"Q{i}"])
+            lines.append(f"Q{i} {question.answers[0]}")
+        return "\n".join(lines)
 
     def _info(self) -> dict:
         return {
