@@ -6,6 +6,8 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
     python tuned_examples/search_sft.py --workflow mem1 --steps 20 --out /tmp/x   # a short try
     python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 3 4 \
         --init tuned_examples/checkpoints/react_search_sft --out runs/mixed     # one stage on mixed task sizes
+    python tuned_examples/search_sft.py --workflow mem1 --steps 600 --objectives 1 2 4 8 --expert-notes \
+        --init tuned_examples/checkpoints/mem1_search_sft --out runs/notes     # the multi stage with note memories
 
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
@@ -40,6 +42,10 @@ class Stage:
     than one count teaches a policy to search for every question of a task, whatever their number."""
     probe_rows: bool = False
     """Also train on each episode's memory probe (SFTTrainingConfig.probe_rows; MemPO's workflow only)."""
+    expert_notes: bool = False
+    """The expert's memory is one note per answered question and the number of the one it works on
+    (envs.search.SearchConfig.expert_notes: `Q1 Kolm` / `Q2`, about 6 tokens a question), not the passages it read
+    (about 25 tokens each): a 64-token memory then holds 8 questions' answers instead of about 2."""
 
 
 MULTI = Stage(400, 2000, (1, 2, 4, 8))
@@ -64,8 +70,9 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
     task_options = [{"num_objectives": n, "max_turns": env_config(n)["max_turns"]} for n in stage.objectives]
+    env = {**env_config(max(stage.objectives)), **({"expert_notes": True} if stage.expert_notes else {})}
     config = (SFTConfig()
-              .environment("memrl/Search-v0", env_config=env_config(max(stage.objectives)))
+              .environment("memrl/Search-v0", env_config=env)
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
               .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
               .training(lr=1e-3, batch_size=32, steps=stage.steps, steps_per_iteration=min(400, stage.steps),
@@ -116,6 +123,8 @@ def main() -> None:
                    help="questions per expert episode, several counts taken in turn (with --steps)")
     p.add_argument("--probe-rows", action="store_true",
                    help="also train on each episode's memory probe (with --steps; --workflow mempo)")
+    p.add_argument("--expert-notes", action="store_true",
+                   help="the expert's memory is a note per answered question (with --steps; Stage.expert_notes)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
@@ -127,7 +136,7 @@ def main() -> None:
             p.error("--multi runs the MULTI stage from the shipped warm-start; leave out --steps and --init")
         build_multi(args.workflow, args.out / f"{args.workflow}_multi_search_sft", args.num_eval_tasks)
     elif args.steps:
-        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows)
+        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows, args.expert_notes)
         build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:
         if args.init:

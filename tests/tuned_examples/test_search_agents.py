@@ -101,11 +101,13 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
                                                   {"num_objectives": 3, "max_turns": 8}]
     # --multi's build goes on from a finished warm-start and keeps all its stages.
     multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
-                                   stage=search_sft.Stage(1, 4, (1, 4)), base=tmp_path / "mempo")
+                                   stage=search_sft.Stage(1, 4, (1, 4), expert_notes=True), base=tmp_path / "mempo")
     assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == multi
     assert multi["config"]["learners"]["model_path"] == str((tmp_path / "mempo").resolve())
     assert [s["final"]["step"] for s in multi["earlier_stages"]] == [2, 1]
     assert [o["num_objectives"] for o in multi["config"]["training"]["task_options"]] == [1, 4]
+    assert multi["config"]["environment"]["env_config"]["expert_notes"] is True  # the expert keeps per-question notes
+    assert "expert_notes" not in config["environment"]["env_config"]
 
 
 def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_path, monkeypatch):
@@ -117,8 +119,9 @@ def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_pat
     for _, path, workflow in policies:
         assert path == warm_start(workflow.removesuffix("_truncated"), multi=True)
         summary = json.loads((path / SUMMARY_FILE).read_text())
-        # Written by the flat SFT config these checkpoints were built with (a rebuild nests it under "training").
-        assert [o["num_objectives"] for o in summary["config"]["task_options"]] == [1, 2, 4, 8]
+        # The flat SFT config of the older builds, or SFTConfig.to_dict() (settings under "training").
+        config = summary["config"].get("training", summary["config"])
+        assert [o["num_objectives"] for o in config["task_options"]] == [1, 2, 4, 8]
         assert summary["earlier_stages"]  # it went on from the two-question warm-start
 
 
