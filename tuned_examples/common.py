@@ -173,6 +173,13 @@ def training_budget(checkpoint: str | Path) -> str:
     iterations and trajectories trained; with the wall-clock minutes of it all where recorded (machines differ)."""
     path = Path(checkpoint)
     sft_file, rl_file = path / SUMMARY_FILE, path.parent / "summary.json"
+    # First the RL run: a policy saved by train() keeps the files of the checkpoint it started from, its warm-start's
+    # sft_summary.json included.
+    if path.name == "model" and rl_file.is_file():
+        run = json.loads(rl_file.read_text())
+        rl = (f"RL {len(run['reward_per_iteration'])} iterations, "
+              f"{run['counters'].get('trajectories_trained', 0)} trajectories trained{_minutes([run])}")
+        return f"{training_budget(run['init'])}, then {rl}" if run.get("init") else rl
     if sft_file.is_file():
         last = json.loads(sft_file.read_text())
         summaries = [*last.get("earlier_stages", []), last]
@@ -180,11 +187,6 @@ def training_budget(checkpoint: str | Path) -> str:
         stages = [summary["config"].get("training", summary["config"]) for summary in summaries]
         steps = "+".join(str(stage["steps"]) for stage in stages)
         return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{_minutes(summaries)}"
-    if path.name == "model" and rl_file.is_file():
-        run = json.loads(rl_file.read_text())
-        rl = (f"RL {len(run['reward_per_iteration'])} iterations, "
-              f"{run['counters'].get('trajectories_trained', 0)} trajectories trained{_minutes([run])}")
-        return f"{training_budget(run['init'])}, then {rl}" if run.get("init") else rl
     return "not recorded"
 
 

@@ -3,6 +3,7 @@
 import argparse
 import json
 import re
+import shutil
 
 import pytest
 
@@ -95,6 +96,7 @@ def test_training_budget_reads_sft_stages_and_rl_runs(tmp_path):
     summary = {"init": str(base), "reward_per_iteration": [0.1, 0.2, 0.3], "counters": {"trajectories_trained": 192},
                "wall_s": 600.0}
     (run / "summary.json").write_text(json.dumps(summary))
+    shutil.copy(base / "sft_summary.json", run / "model")  # a saved policy keeps its warm-start's files
     rl = f"SFT 400 steps x 32 rows, {minutes}, then RL 3 iterations, 192 trajectories trained, 10 min"
     assert training_budget(run / "model") == rl
     assert training_budget(tmp_path) == "not recorded"
