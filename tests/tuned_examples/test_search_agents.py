@@ -138,7 +138,11 @@ def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
     assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
     assert list(result["peak_growth"]) == ["MEM1 1 -> 2", "ReAct 1 -> 2"]
     assert result["peak_growth"]["ReAct 1 -> 2"] == rows[3]["peak_tokens"] / rows[2]["peak_tokens"]
-    assert (tmp_path / "search_table.md").read_text().count("\n") == 2 + len(rows)
+    table, budgets = (tmp_path / "search_table.md").read_text().split("\n\n")
+    assert table.count("\n") == 2 + len(rows) - 1
+    # Then what each policy was trained with (a freshly built model: nothing recorded).
+    assert budgets.splitlines()[2:] == ["| MEM1 | not recorded |", "| ReAct | not recorded |"]
+    assert result["budgets"] == {"MEM1": "not recorded", "ReAct": "not recorded"}
     assert (tmp_path / "search_table.png").stat().st_size > 10_000
 
 
