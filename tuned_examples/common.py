@@ -151,7 +151,7 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
     algo.save_to_path(out / "checkpoint")
     algo.save_model(out / "model")
     algo.stop()
-    summary = {"init": config.learners_cfg.model_path, "reward_per_iteration": curve, "eval_before": before,
+    summary = {"init": str(config.learners_cfg.model_path), "reward_per_iteration": curve, "eval_before": before,
                "eval_after": after, "score": key,
                "score_per_iteration": score_curve, "learners_per_iteration": learners, "counters": counters,
                "change": {"mean": change, "ci_low": low, "ci_high": high},
