@@ -7,7 +7,8 @@ The workload: the embedded tiny checkpoint, 8 prompts ("Say: <word>" in its chat
 32 tokens sampled at temperature 1, the Echo env's similarity reward, one optimizer step per batch, no reference
 model. TRL runs in its own environment (`make bench-trl-env` builds .venv-trl; TRL is no dependency of memrl) through
 benchmarks/trl_grpo_worker.py; without that environment its row is skipped and says so. memrl runs with its torch and
-vLLM engines, 1 and 2 ZeRO-3 learners, synchronous and one batch ahead (training.max_staleness=1).
+vLLM engines, 1 and 2 ZeRO-3 learners, synchronous and one batch ahead (training.max_staleness=1), and each
+one-learner setting again with `learners(zero_stage=2)`.
 
 Per configuration: `startup_s`, from the process's creation to the start of the first step (for memrl split into
 `imports_s`, `ray_start_s` for a local Ray and `build_s` for `config.build()`, which starts the actors); `step_s`,
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +53,19 @@ class MemrlRun:
     """learners.num_cpus_per_learner (torch threads of each learner)."""
     cpus_per_engine: int
     """env_runners.num_cpus_per_engine."""
+    zero_stage: int = 3
+    """learners.zero_stage: 3 partitions the parameters; 2 keeps them whole on every rank (no gather per layer)."""
 
     @property
     def name(self) -> str:
         mode = "sync" if self.max_staleness == 0 else f"async{self.max_staleness}"
-        return f"memrl_{self.engine}_{self.num_learners}L_{mode}"
+        stage = "" if self.zero_stage == 3 else f"_zero{self.zero_stage}"
+        return f"memrl_{self.engine}_{self.num_learners}L_{mode}{stage}"
 
 
 def memrl_runs(quick: bool) -> list[MemrlRun]:
     """Synchronous runs give the learners and the engine the machine's cores in turn; one batch ahead they run at
-    once, so the cores are split between them."""
+    once, so the cores are split between them. Each one-learner run is measured at ZeRO stage 3 and 2."""
     cores = len(os.sched_getaffinity(0))
     runs = []
     for engine in ("torch",) if quick else ("torch", "vllm"):
@@ -72,6 +76,9 @@ def memrl_runs(quick: bool) -> list[MemrlRun]:
                 else:
                     per_learner, per_engine = max(1, (cores - 1) // learners), 1
                 runs.append(MemrlRun(engine, learners, staleness, per_learner, per_engine))
+    if not quick:
+        # One learner has nothing to partition: ZeRO-2 keeps the whole model and skips ZeRO-3's gather of every layer.
+        runs += [replace(run, zero_stage=2) for run in runs if run.num_learners == 1]
     return runs
 
 
@@ -93,7 +100,7 @@ def run_memrl(settings: dict) -> dict:
               .env_runners(num_env_runners=1, num_envs_per_env_runner=NUM_PROMPTS * GROUP_SIZE, engine=run.engine,
                            num_cpus_per_engine=run.cpus_per_engine, max_tokens=MAX_TOKENS, temperature=1.0)
               .learners(model_path=settings["model"], num_learners=run.num_learners,
-                        num_cpus_per_learner=run.cpus_per_learner)
+                        num_cpus_per_learner=run.cpus_per_learner, zero_stage=run.zero_stage)
               .training(lr=LR, tasks_per_iteration=NUM_PROMPTS, group_size=GROUP_SIZE, num_minibatches=1,
                         max_staleness=run.max_staleness)
               .debugging(seed=SEED, progress_bars=False))

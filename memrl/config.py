@@ -105,7 +105,8 @@ class LearnersConfig:
     dtype: str = "float32"
     """Learner parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
     zero_stage: int = 3
-    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters."""
+    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters.
+    With one learner there is nothing to partition and 2 is faster (benchmarks/vs_trl.py)."""
     param_persistence_threshold: int = 100_000
     """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
     attn_implementation: str = "sdpa"

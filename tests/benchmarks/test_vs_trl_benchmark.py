@@ -38,3 +38,13 @@ def test_quick_run_measures_memrl_and_names_a_missing_trl(tmp_path):
     assert systems["memrl_torch_1L_async1"]["settings"]["max_staleness"] == 1
     assert (tmp_path / "vs_trl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "skipped: no TRL environment" in proc.stdout
+
+
+def test_full_run_measures_every_one_learner_setting_at_zero_stage_2_too():
+    from benchmarks.vs_trl import memrl_runs
+
+    runs = memrl_runs(quick=False)
+    assert len({run.name for run in runs}) == len(runs) == 12
+    assert {run.name for run in runs if run.zero_stage == 2} == {
+        f"memrl_{engine}_1L_{mode}_zero2" for engine in ("torch", "vllm") for mode in ("sync", "async1")}
+    assert [run.name for run in memrl_runs(quick=True)] == ["memrl_torch_1L_sync", "memrl_torch_1L_async1"]
