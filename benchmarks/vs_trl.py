@@ -65,7 +65,7 @@ class MemrlRun:
 
 def memrl_runs(quick: bool) -> list[MemrlRun]:
     """Synchronous runs give the learners and the engine the machine's cores in turn; one batch ahead they run at
-    once, so the cores are split between them. Each one-learner run is measured at ZeRO stage 3 and 2."""
+    once, so the cores are split between them. The full run measures each one-learner run at ZeRO stage 3 and 2."""
     cores = len(os.sched_getaffinity(0))
     runs = []
     for engine in ("torch",) if quick else ("torch", "vllm"):
