@@ -39,7 +39,7 @@ def evaluate_checkpoint(
     env_configs: list[dict],
     workflow: str,
     workflow_config: dict,
-    num_tasks: int,
+    num_tasks: int | list[int],
     max_tokens: int,
     *,
     engine: str = "vllm",
@@ -49,31 +49,38 @@ def evaluate_checkpoint(
     seed: int = 0,
     start_timeout_s: float = 900.0,
 ) -> list[tuple[dict[str, float], list[Trajectory]]]:
-    """Greedy held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length).
+    """Greedy held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length), on
+    `num_tasks` tasks each (or num_tasks[i] for env_configs[i]).
 
-    One engine serves every config; each config gets its own runner group. Returns, per config, the
-    `eval_summary` (plus "sample_s", the wall time of that config's rollouts) and the trajectories. Needs a
-    running Ray instance; the engine gets `start_timeout_s` to start.
+    One engine and one group of runners serve every config (the runners take each config in turn). Returns, per
+    config, the `eval_summary` (plus "sample_s", the wall time of that config's rollouts) and the trajectories.
+    Needs a running Ray instance; the engine gets `start_timeout_s` to start.
     """
+    counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
+    if len(counts) != len(env_configs) or min(counts, default=1) < 1:
+        raise ValueError(f"num_tasks must be a positive int or one positive count per env config "
+                         f"({len(env_configs)}), got {num_tasks!r}")
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
-    results = []
+    results, group = [], None
     try:
         # The engine is up: its start-up stays out of the first sample_s.
         get(actor.max_model_len.remote(), start_timeout_s, "starting the inference engine",
             "evaluate_checkpoint(start_timeout_s=...)")
-        for env_config in env_configs:
+        for env_config, n in zip(env_configs, counts):
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
                                  sampling=SamplingConfig(max_tokens=max_tokens, temperature=0.0),
-                                 num_envs=-(-num_tasks // num_env_runners), max_calls=max_calls)
-            group = EnvRunnerGroup(spec, [actor], num_env_runners)
+                                 num_envs=-(-n // num_env_runners), max_calls=max_calls)
+            if group is None:
+                group = EnvRunnerGroup(spec, [actor], num_env_runners, start_timeout_s=start_timeout_s)
+            else:
+                group.configure(spec)
             start = time.perf_counter()
-            try:
-                trajectories = sample_heldout(group, num_tasks, seed)
-            finally:
-                group.shutdown()
+            trajectories = sample_heldout(group, n, seed)
             summary = {**eval_summary(trajectories), "sample_s": time.perf_counter() - start}
             results.append((summary, trajectories))
     finally:
+        if group is not None:
+            group.shutdown()
         ray.kill(actor)
     return results

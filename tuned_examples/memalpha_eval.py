@@ -83,20 +83,21 @@ def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_task
         base = {**cpu_env_config(path), **MEMORY_MODES[mode]}
         # The answerer's weights answer through Mem-α's workflow (it only shows them the answer chat).
         workflow = WRITERS.get(mode, WRITERS["mem-alpha"])
-        # One engine per call: the categories at the training length, then the lengths on mixed tasks.
-        for settings, n in (([{"category": c, "multiplier": 1} for c in CATEGORIES], num_tasks),
-                            ([{"category": "mixed", "multiplier": m} for m in multipliers], length_tasks)):
-            env_configs = [{**base, "category": s["category"], "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
-                           for s in settings]
-            results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, workflow.workflow,
-                                          workflow.workflow_config, n, max_tokens=CPU_MAX_TOKENS, engine=engine,
-                                          engine_config=engine_config, seed=seed)
-            for setting, (_, trajectories) in zip(settings, results):
-                row = figures(name, setting, trajectories)
-                rows.append(row)
-                print(f"{name:>17} {setting['category']:>24} x{setting['multiplier']:<3} r_acc {row['r_acc']:.3f} "
-                      f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  memory tokens {row['memory_tokens']:.0f}",
-                      flush=True)
+        # One engine per policy: the categories at the training length, then the lengths on mixed tasks.
+        settings = ([{"category": c, "multiplier": 1} for c in CATEGORIES]
+                    + [{"category": "mixed", "multiplier": m} for m in multipliers])
+        counts = [num_tasks] * len(CATEGORIES) + [length_tasks] * len(multipliers)
+        env_configs = [{**base, "category": s["category"], "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
+                       for s in settings]
+        results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, workflow.workflow,
+                                      workflow.workflow_config, counts, max_tokens=CPU_MAX_TOKENS, engine=engine,
+                                      engine_config=engine_config, seed=seed)
+        for setting, (_, trajectories) in zip(settings, results):
+            row = figures(name, setting, trajectories)
+            rows.append(row)
+            print(f"{name:>17} {setting['category']:>24} x{setting['multiplier']:<3} r_acc {row['r_acc']:.3f} "
+                  f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  memory tokens {row['memory_tokens']:.0f}",
+                  flush=True)
     return rows
 
 

@@ -72,16 +72,28 @@ class EnvRunner:
         self.runner_index = runner_index
         self.tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path)
         self._metadata = tokenizer_metadata(self.tokenizer)
-        self.workflow_cls = workflow_class(spec.workflow)
-        self.sampling = spec.sampling
-        if not self.sampling.stop_token_ids:
-            self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
-        self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
+        self.envs: list[gym.Env] = []
+        self.configure(spec)
         self._respond = BatchingResponder(self._generate_batch)
         self._max_model_len: int | None = None
         self._engine_name = "engine"
         self._seed: int | None = None
         self._stats: dict[str, float] = {}
+
+    def configure(self, spec: EnvRunnerSpec) -> None:
+        """Run `spec` from now on (its env and config, workflow, sampling and number of envs) in this process,
+        which keeps its imports and tokenizer: the tokenizer path must stay the same."""
+        if spec.tokenizer_path != self.spec.tokenizer_path:
+            raise ValueError(f"an env runner keeps its tokenizer ({self.spec.tokenizer_path}); a spec with "
+                             f"tokenizer_path={spec.tokenizer_path!r} needs new runners")
+        self.spec = spec
+        self.workflow_cls = workflow_class(spec.workflow)
+        self.sampling = spec.sampling
+        if not self.sampling.stop_token_ids:
+            self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
+        for env in self.envs:
+            env.close()
+        self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
 
     def ping(self) -> int:
         """Liveness check; returns the runner index."""

@@ -60,6 +60,13 @@ class EnvRunnerGroup:
         get([r.ping.remote() for r in self.runners], self.start_timeout_s, f"starting {len(self.runners)} env runners",
             "fault_tolerance.actor_start_timeout_s")
 
+    def configure(self, spec: EnvRunnerSpec) -> None:
+        """Run `spec` (other envs, workflow or sampling over the same tokenizer) on the same runner actors from now
+        on, without starting new processes; a runner replaced later starts with it too."""
+        get([r.configure.remote(spec) for r in self.runners], self.start_timeout_s,
+            f"configuring {len(self.runners)} env runners", "fault_tolerance.actor_start_timeout_s")
+        self.spec = spec
+
     def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.Table, dict[str, float]]:
         """Run all tasks; returns their trajectories in task order and merged runner stats.
 
