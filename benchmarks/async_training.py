@@ -94,13 +94,13 @@ def table(results: dict) -> str:
 
 
 def main() -> None:
-    p = parser(__doc__, "async_training", "a 20-second budget and 16 held-out tasks per mode (what the test runs)")
+    p = parser(__doc__, "async_training", "a 10-second budget and 8 held-out tasks per mode (what the test runs)")
     p.add_argument("--minutes", type=float, default=10.0, help="training budget of each mode")
     p.add_argument("--eval-tasks", type=int, default=1000, help="held-out tasks evaluated after each mode")
     args = p.parse_args()
     started = time.perf_counter()
     log = elapsed_log()
-    budget_s, eval_tasks = (20.0, 16) if args.quick else (60 * args.minutes, args.eval_tasks)
+    budget_s, eval_tasks = (10.0, 8) if args.quick else (60 * args.minutes, args.eval_tasks)
     args.out.mkdir(parents=True, exist_ok=True)
     ensure_ray()
     modes: dict[str, dict] = {}

@@ -45,10 +45,17 @@ def _figures(result: dict) -> dict[str, float]:
 
 @pytest.mark.parametrize("engine", ["torch", "vllm"])
 def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_path, engine, killed_commit):
-    # Uninterrupted: three iterations.
+    # Three iterations, with a checkpoint after the second.
     algo = _config(tiny_checkpoint, engine).build()
     algo.evaluate()  # held-out generation before training counts into no iteration's timers, nor changes its figures
-    straight = [algo.train() for _ in range(3)]
+    straight = [algo.train() for _ in range(2)]
+    path = algo.save_to_path(tmp_path / "ckpt")
+    # A second save is killed between its renames: nothing is left at the path, the first checkpoint sits aside.
+    staged = checkpoints.staging_dir(Path(path))
+    algo.save_checkpoint(str(staged))
+    killed_commit(staged, path, at=2)
+    assert not Path(path).exists()
+    straight.append(algo.train())
     # After the syncs, the engine scores a fixed prompt + continuation exactly as the trained ZeRO-3 model does.
     prompt, continuation = [1, 87, 85, 261, 201, 74, 75, 2, 201, 1], [342, 85, 75, 308, 322, 86, 2]
     row = {"prompt_ids": np.array(prompt), "response_ids": np.array(continuation)}
@@ -57,7 +64,10 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     np.testing.assert_allclose(engine_lp, learner_lp, atol=1e-5, rtol=0)
     initial = _initial_logprobs(tiny_checkpoint, prompt, continuation)
     assert np.abs(initial - learner_lp).max() > 1e-4  # training moved the weights the engine now holds
-    algo.stop()
+    # Then every actor is killed, as when the job dies.
+    for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
+        ray.kill(actor)
+    algo.learner_group.shutdown()  # frees its placement group, as Ray does when a killed job's driver dies
 
     first = straight[0]
     assert 0 < first["timers"]["generate_s"] < first["timers"]["sample_s"]
@@ -74,28 +84,17 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     assert {"clip_frac", "entropy", "ratio_mean"} <= set(first["learners"])
     assert first["training_iteration"] == 1
 
-    # Interrupted: two iterations, checkpoint, all actors killed, a new algorithm restores and does the third.
-    algo = _config(tiny_checkpoint, engine).build()
-    resumed = [algo.train() for _ in range(2)]
-    path = algo.save_to_path(tmp_path / "ckpt")
-    # A second save is killed between its renames: nothing is left at the path, the first checkpoint sits aside.
-    staged = checkpoints.staging_dir(Path(path))
-    algo.save_checkpoint(str(staged))
-    killed_commit(staged, path, at=2)
-    assert not Path(path).exists()
-    for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
-        ray.kill(actor)
-    algo.learner_group.shutdown()  # frees its placement group, as Ray does when a killed job's driver dies
+    # A new algorithm restores the checkpoint and does the third iteration exactly as the uninterrupted run did
+    # (saving it changed nothing either).
     algo = _config(tiny_checkpoint, engine).build()
     algo.restore_from_path(path)
-    resumed.append(algo.train())
-    assert resumed[2]["training_iteration"] == 3
-    assert resumed[2]["counters"] == straight[2]["counters"]  # the runners' counters come back with the checkpoint
-    for got, want in zip(resumed, straight):
-        g, w = _figures(got), _figures(want)
-        assert g.keys() == w.keys()
-        for k in g:
-            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    resumed = algo.train()
+    assert resumed["training_iteration"] == 3
+    assert resumed["counters"] == straight[2]["counters"]  # the runners' counters come back with the checkpoint
+    g, w = _figures(resumed), _figures(straight[2])
+    assert g.keys() == w.keys()
+    for k in g:
+        assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     evaluation = algo.evaluate()
     assert evaluation["num_tasks"] == 4
     assert algo._eval_group.spec.num_envs == 2 and algo.env_runner_group.spec.num_envs == 4
@@ -178,20 +177,32 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     algo.stop()
 
 
-def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_had_not(ray_session, tiny_checkpoint):
+def _slow_steps(checkpoint) -> DAPOConfig:
+    """Echo steps of 0.3 s: a fault injected half a second into an iteration lands while episodes are running."""
+    return _config(checkpoint, "torch").environment(
+        env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
+
+
+@pytest.fixture(scope="module")
+def straight_slow_steps(ray_session, tiny_checkpoint) -> list[dict]:
+    """Six iterations of _slow_steps without a fault: what every recovered run must reproduce."""
+    algo = _slow_steps(tiny_checkpoint).build()
+    try:
+        return [algo.train() for _ in range(6)]
+    finally:
+        algo.stop()
+
+
+def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_had_not(ray_session, tiny_checkpoint,
+                                                                                        straight_slow_steps):
     import os
     import signal
     import threading
     import time
 
-    config = (_config(tiny_checkpoint, "torch")
-              .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
-              .fault_tolerance(engine_call_timeout_s=5))
-    algo = config.build()
-    straight = [algo.train() for _ in range(3)]
-    algo.stop()
+    from memrl.learner.learner_group import LearnerFailed
 
-    algo = config.build()
+    algo = _slow_steps(tiny_checkpoint).fault_tolerance(engine_call_timeout_s=5).build()
 
     def during_next_iteration(fault) -> dict:
         out = {}
@@ -210,33 +221,33 @@ def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_
     faulty.append(algo.train())
     assert [r["counters"]["engine_restarts"] for r in faulty] == [1, 2, 2]
     assert faulty[0]["counters"]["failed_rounds"] == 1 and faulty[1]["counters"]["failed_rounds"] == 2
-    for got, want in zip(faulty, straight):
+    for got, want in zip(faulty, straight_slow_steps):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         g, w = _figures(got), _figures(want)
         for k in g:
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+
+    # A learner dies, and this run keeps no periodic checkpoints: it stops at once, naming the learner and what to set.
+    ray.kill(algo.learner_group.learners[0], no_restart=True)
+    start = time.monotonic()
+    with pytest.raises(LearnerFailed, match=r"learner 0 died during .*no periodic checkpoint to recover from \(set "
+                                            r"fault_tolerance.checkpoint_frequency and checkpoint_dir\)"):
+        algo.train()
+    assert time.monotonic() - start < 60
     algo.stop()
 
 
-def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ray_session, tiny_checkpoint, tmp_path):
+def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ray_session, tiny_checkpoint, tmp_path,
+                                                                              straight_slow_steps):
     import os
     import signal
     import threading
     import time
 
-    from memrl.learner.learner_group import LearnerFailed
-
-    def config():
-        return (_config(tiny_checkpoint, "torch")
-                .environment(env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3}))
-
-    algo = config().build()
-    straight = [algo.train() for _ in range(6)]
-    algo.stop()
-
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
-    algo = config().fault_tolerance(checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"),
-                                    keep_checkpoints=1, learner_timeout_s=30).build()
+    algo = _slow_steps(tiny_checkpoint).fault_tolerance(
+        checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=1,
+        learner_timeout_s=30).build()
     results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
     out = {}
@@ -273,23 +284,12 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     thread.join(timeout=600)
     results.append(out["result"])
     assert results[5]["counters"]["learner_restarts"] == 3
-    for got, want in zip(results, straight):
+    for got, want in zip(results, straight_slow_steps):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]
         g, w = _figures(got), _figures(want)
         for k in g:
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
-    algo.stop()
-
-    # Without periodic checkpoints the run stops at once, naming the learner and what to set.
-    algo = config().build()
-    algo.train()
-    ray.kill(algo.learner_group.learners[0], no_restart=True)
-    start = time.monotonic()
-    with pytest.raises(LearnerFailed, match=r"learner 0 died during .*no periodic checkpoint to recover from \(set "
-                                            r"fault_tolerance.checkpoint_frequency and checkpoint_dir\)"):
-        algo.train()
-    assert time.monotonic() - start < 60
     algo.stop()
 
 

@@ -221,35 +221,29 @@ def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, 
 
 @pytest.mark.slow
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
-    config = _config(tiny_checkpoint, steps=6, steps_per_iteration=3)
+    config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3)
     algo = config.build()
-    straight = [algo.train() for _ in range(2)]
-    assert [r["done"] for r in straight] == [False, True] and straight[1]["steps"] == 6
-    with pytest.raises(RuntimeError, match="took all its training.steps=6"):
+    straight = [algo.train()]
+    path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 1; the run goes on as if it had not saved
+    straight += [algo.train() for _ in range(2)]
+    assert [r["done"] for r in straight] == [False, False, True] and straight[2]["steps"] == 9
+    with pytest.raises(RuntimeError, match="took all its training.steps=9"):
         algo.train()
     nll = algo.summary()["train_nll"]
     algo.stop()
 
-    algo = config.build()
-    algo.train()
-    path = algo.save_to_path(tmp_path / "ckpt")
-    algo.stop()
-    algo = config.build()
+    # Restored from iteration 1, with periodic checkpoints: iteration 2 is the uninterrupted run's.
+    algo = config.fault_tolerance(checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic")).build()
     algo.restore_from_path(path)
     resumed = algo.train()
     assert resumed["training_iteration"] == 2 and resumed["steps"] == 6
-    assert algo.summary()["train_nll"] == nll  # the same draws, the same weights, the same losses
     assert resumed["evaluation"] == straight[1]["evaluation"]
-    algo.stop()
-
-    # A learner dies after iteration 1: iteration 2 starts new learners from the periodic checkpoint of 1.
-    algo = config.fault_tolerance(checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic")).build()
-    algo.train()
+    # A learner dies after iteration 2: iteration 3 starts new learners from the periodic checkpoint of 2.
     ray_session.kill(algo.learner_group.learners[1], no_restart=True)
     recovered = algo.train()
-    assert recovered["counters"]["learner_restarts"] == 1 and recovered["steps"] == 6
-    assert algo.summary()["train_nll"] == nll
-    assert recovered["evaluation"] == straight[1]["evaluation"]
+    assert recovered["counters"]["learner_restarts"] == 1 and recovered["steps"] == 9
+    assert algo.summary()["train_nll"] == nll  # the same draws, the same weights, the same losses
+    assert recovered["evaluation"] == straight[2]["evaluation"]
     algo.stop()
 
 
