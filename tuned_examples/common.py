@@ -140,8 +140,9 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
         timers.append(result["timers"])
         learners.append(result["learners"])
         counters = result["counters"]
-        bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=f"{result['learners'].get('loss', float('nan')):.4f}",
-                        it_s=f"{result['timers']['iteration_s']:.1f}")
+        # An iteration whose every group was dropped (equal rewards under dynamic sampling) takes no step.
+        loss = f"{result['learners']['loss']:.4f}" if "loss" in result["learners"] else "no step"
+        bar.set_postfix(reward=f"{curve[-1]:.3f}", loss=loss, it_s=f"{result['timers']['iteration_s']:.1f}")
     after_trajectories = heldout(algo, "evaluation after", bars)
     before, after = heldout_summary(before_trajectories, metric), heldout_summary(after_trajectories, metric)
     # Tasks where either evaluation's episode failed (its env could not finish it) have no pair to compare.
