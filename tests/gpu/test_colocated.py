@@ -1,6 +1,6 @@
 """A learner and an engine sharing one GPU (half a GPU each, weights over gloo): DAPO iterations on the Echo env with
 every episode counted, the engine holding the learner's weights after each broadcast and sampling what the learner
-scores.
+scores; and the same pair sampling one batch ahead of the learner.
 
 Skipped without CUDA; the vLLM case also without vLLM's CUDA build. On a GPU machine: `make gpu-test`.
 """
@@ -67,5 +67,26 @@ def test_learner_and_engine_share_one_gpu(ray_session, tiny_checkpoint, engine, 
             assert _on_actor(algo.engines[0], lambda self: (self.weight_version, self.device.type)) == (2, "cuda")
             for name, total in sums.items():
                 assert total == pytest.approx(state[name].double().sum().item(), rel=1e-9, abs=1e-9), name
+    finally:
+        algo.stop()
+
+
+def test_one_batch_ahead_on_one_gpu_counts_every_trajectory(ray_session, tiny_checkpoint):
+    # Sampling the next batch runs on the GPU while the learner trains on the same GPU.
+    algo = _config(tiny_checkpoint, "torch").training(max_staleness=1, off_policy_correction="tis",
+                                                      importance_cap=2.0).build()
+    try:
+        for iteration in (1, 2, 3):
+            result = algo.train()
+            counters = result["counters"]
+            assert counters["trajectories_sampled"] == 12 * (iteration + 1)
+            assert counters["trajectories_trained"] == 12 * iteration
+            assert counters["trajectories_prefetched"] == 12
+            assert counters["trajectories_stale"] == counters["trajectories_failed"] == 0
+            assert result["weight_sync"]["version"] == iteration
+            assert result["weight_sync"]["version_lag"] == (0 if iteration == 1 else 1)
+            assert math.isfinite(result["learners"]["loss"])
+        # Later batches come from the weights one step behind: every conversation (2 per trajectory) says so.
+        assert result["off_policy"]["staleness_1"] == 24
     finally:
         algo.stop()
