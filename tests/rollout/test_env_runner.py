@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import signal
@@ -85,6 +86,22 @@ def test_same_seed_same_trajectories(engine, tiny_checkpoint):
     other, _ = group.sample(tasks, seed=8)
     assert first.equals(again)
     assert not first.column("response_ids").equals(other.column("response_ids"))
+    group.shutdown()
+
+
+def test_runners_take_a_new_spec_in_place_and_keep_their_tokenizer(engine, tiny_checkpoint, tmp_path):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+    ids = [r._actor_id for r in group.runners]
+    tasks = _tasks(6)
+    first, _ = group.sample(tasks, seed=7)
+    group.configure(_spec(tiny_checkpoint, num_turns=3))
+    assert [len(t.conversations) for t in from_arrow(group.sample(tasks, seed=7)[0])] == [3] * 6
+    group.configure(_spec(tiny_checkpoint))
+    again, _ = group.sample(tasks, seed=7)
+    assert again.equals(first) and [r._actor_id for r in group.runners] == ids  # the same processes throughout
+    other = dataclasses.replace(_spec(tiny_checkpoint), tokenizer_path=str(tmp_path))
+    with pytest.raises(ValueError, match="keeps its tokenizer"):
+        group.configure(other)
     group.shutdown()
 
 
