@@ -77,7 +77,6 @@ class Algorithm(Recovery, tune.Trainable):
         self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
         self._eval_group: EnvRunnerGroup | None = None
-        self._eval_overrides: dict | None = None
         self._init_weight_sync()
         self._wandb = None
         # WANDB_MODE=disabled is wandb's own off switch; honoured without importing wandb.
@@ -414,13 +413,12 @@ class Algorithm(Recovery, tune.Trainable):
         """The trajectories behind `evaluate`, in task order: the same tasks at every call, so two calls pair up."""
         ev = self.cfg.evaluation_cfg
         n = num_tasks or ev.evaluation_num_tasks
-        overrides = {**ev.evaluation_env_config, **(env_config or {})}
-        if self._eval_group is None or overrides != self._eval_overrides:
-            if self._eval_group is not None:
-                self._eval_group.shutdown()
-            spec = self._runner_spec(overrides, ev.evaluation_temperature, ev.evaluation_num_envs_per_env_runner)
+        spec = self._runner_spec({**ev.evaluation_env_config, **(env_config or {})}, ev.evaluation_temperature,
+                                 ev.evaluation_num_envs_per_env_runner)
+        if self._eval_group is None:
             self._eval_group = self._runner_group(spec)
-            self._eval_overrides = overrides
+        elif spec != self._eval_group.spec:  # other env settings: the same runner processes take them
+            self._eval_group.configure(spec)
         trajectories = sample_heldout(self._eval_group, n, self.seed, self.sample)
         # The engines' generation time is what training iterations report; evaluation's is not theirs.
         self._engine_seconds()

@@ -99,6 +99,10 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     assert evaluation["num_tasks"] == 4
     assert algo._eval_group.spec.num_envs == 2 and algo.env_runner_group.spec.num_envs == 4
     assert evaluation["reward_ci_low"] <= evaluation["reward_mean"] <= evaluation["reward_ci_high"]
+    # Other env settings for one evaluation: the same evaluation runners take them, then go back.
+    runners = [r._actor_id for r in algo._eval_group.runners]
+    assert [len(t.conversations) for t in algo.heldout_trajectories(env_config={"num_turns": 1})] == [1] * 4
+    assert algo.evaluate() == evaluation and [r._actor_id for r in algo._eval_group.runners] == runners
     algo.stop()
 
 
