@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -17,19 +16,12 @@ from envs import multihop, niah
 from envs.loaders import QATask, load_tasks
 from envs.qa_metrics import em, extract_boxed, f1, sub_em
 from envs.text_space import clean, text_space
+from envs.tokenizer import load_tokenizer
 
 TASKS = ("multihop", "niah", "file")
 """Task sources: the two-hop fact generator, RULER NIAH, or rows of a local data file."""
 NO_MEMORY = "No relevant information."
 """The scripted expert's memory before it has read any relevant fact."""
-
-
-@functools.lru_cache(maxsize=8)
-def _load_tokenizer(path: str):
-    # Loaded once per process: a runner holds many envs, and only reads the tokenizer.
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 class TokenCounter:
@@ -38,7 +30,7 @@ class TokenCounter:
     def __init__(self, tokenizer_path: str | None = None):
         self.tokenizer = None
         if tokenizer_path is not None:
-            self.tokenizer = _load_tokenizer(str(tokenizer_path))
+            self.tokenizer = load_tokenizer(tokenizer_path)
             if not self.tokenizer.is_fast:
                 raise ValueError(f"tokenizer at {tokenizer_path} is not a fast tokenizer; chunking needs its offsets")
 

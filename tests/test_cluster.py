@@ -136,7 +136,8 @@ def placement():
 def engine_state():  # the engine's weight version, and whether its weights are the learner's
     state = algo.learner_group.gather_state_dict()
     version, sums = ray.get(algo.engines[0].__ray_call__.remote(lambda self: (
-        self.weight_version, {n: p.double().sum().item() for n, p in self.model.named_parameters()})), timeout=60)
+        self.engine.weight_version,
+        {n: p.double().sum().item() for n, p in self.engine.model.named_parameters()})), timeout=60)
     return version, all(abs(t - state[n].double().sum().item()) < 1e-9 for n, t in sums.items())
 
 

@@ -23,6 +23,7 @@ from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
 from ray.tune import PlacementGroupFactory
 
+from envs.tokenizer import tokenizer_class_path
 from memrl import checkpoints, rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
 from memrl.algorithms.recovery import Recovery, wait_engines_ready
@@ -69,6 +70,8 @@ class Algorithm(Recovery, tune.Trainable):
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
         self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
+        # Resolved here, where transformers is loaded already, so the runners need not import torch to load it.
+        self._tokenizer_class = tokenizer_class_path(self.cfg.learners_cfg.model_path)
         # Engines and runners load while the learners start: the three kinds of actor come up side by side.
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
         self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature), wait=False)
@@ -97,6 +100,7 @@ class Algorithm(Recovery, tune.Trainable):
         faults = self.cfg.fault_tolerance_cfg
         return EnvRunnerSpec(env=env.env, env_config={**env.env_config, **env_overrides}, workflow=run.workflow,
                              workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
+                             tokenizer_class=self._tokenizer_class,
                              sampling=sampling, num_envs=num_envs or run.num_envs_per_env_runner,
                              max_calls=run.max_calls_per_episode, episode_retries=faults.episode_retries,
                              engine_call_timeout_s=faults.engine_call_timeout_s)

@@ -12,10 +12,15 @@ ENGINES: dict[str, str] = {
 """Engine name -> "module:class"; imported only when used, so memrl imports without vLLM."""
 
 
-def engine_class(name: str) -> type:
-    """The engine class registered as `name`."""
+def check_engine_name(name: str) -> None:
+    """A ValueError naming the allowed engines unless `name` is one."""
     if name not in ENGINES:
         raise ValueError(f"engine={name!r} is not allowed; choose one of {sorted(ENGINES)}")
+
+
+def engine_class(name: str) -> type:
+    """The engine class registered as `name`."""
+    check_engine_name(name)
     module, cls = ENGINES[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -31,7 +36,10 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from memrl.engines.actor import EngineActor
+
+    check_engine_name(engine)  # fails here, in the caller, rather than in the actor
     pg, bundle = placement if placement is not None else (None, -1)
-    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(engine_class(engine)).options(
+    actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(EngineActor).options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle))
-    return actor.remote(model_path, seed=seed, **engine_config)
+    return actor.remote(engine, model_path, seed=seed, **engine_config)

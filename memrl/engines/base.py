@@ -6,8 +6,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # only for annotations: env runners import this module and need no torch
+    import torch
 
 
 @dataclass

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from transformers import AutoTokenizer
-
+from envs.tokenizer import load_tokenizer
 from memrl.engines import engine_class
 from memrl.engines.base import SamplingConfig
 from memrl.workflows.base import LastObservationWorkflow
@@ -23,7 +22,7 @@ class ChatServer:
     def __init__(self, model_path: str, engine: str = "torch", temperature: float = 0.0, max_tokens: int = 256,
                  seed: int = 0, **engine_config):
         self.engine = engine_class(engine)(model_path, seed=seed, **engine_config)
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = load_tokenizer(model_path)
         self._chat = LastObservationWorkflow(tokenizer)  # its chat_ids keeps message text as text
         self.sampling = SamplingConfig(max_tokens=max_tokens, temperature=temperature,
                                        stop_token_ids=[tokenizer.eos_token_id])

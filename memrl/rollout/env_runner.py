@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import pyarrow as pa
 import ray
-from transformers import AutoTokenizer
 
+from envs.tokenizer import load_tokenizer
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.episode import Trajectory, to_arrow, tokenizer_metadata
 from memrl.rollout.loop import BatchingResponder, Task, run_episode
@@ -39,6 +39,9 @@ class EnvRunnerSpec:
     """Where the tokenizer lives (the model checkpoint)."""
     sampling: SamplingConfig
     """Sampling settings for every call; empty stop_token_ids means the tokenizer's EOS."""
+    tokenizer_class: str = ""
+    """The class AutoTokenizer picks for tokenizer_path ("module:Class"), so runners load it without importing
+    torch; empty: EnvRunnerGroup fills it in."""
     num_envs: int = 8
     """Env instances per runner: trajectories that run at once in one runner."""
     max_calls: int = 64
@@ -70,7 +73,7 @@ class EnvRunner:
         self.spec = spec
         self.engine = None
         self.runner_index = runner_index
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path)
+        self.tokenizer = load_tokenizer(spec.tokenizer_path, spec.tokenizer_class)
         self._metadata = tokenizer_metadata(self.tokenizer)
         self.envs: list[gym.Env] = []
         self.configure(spec)

@@ -3,6 +3,7 @@ at fault when a round cannot finish."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from envs.tokenizer import tokenizer_class_path
 from memrl.cluster import FailureBudget, get
 from memrl.episode import concat
 from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed
@@ -40,6 +42,8 @@ class EnvRunnerGroup:
             raise ValueError(f"num_runners must be >= 1, got {num_runners}")
         if not engines:
             raise ValueError("EnvRunnerGroup needs at least one engine actor")
+        if not spec.tokenizer_class:
+            spec = dataclasses.replace(spec, tokenizer_class=tokenizer_class_path(spec.tokenizer_path))
         self.spec = spec
         self.sample_timeout_s = sample_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -63,6 +67,7 @@ class EnvRunnerGroup:
     def configure(self, spec: EnvRunnerSpec) -> None:
         """Run `spec` (other envs, workflow or sampling over the same tokenizer) on the same runner actors from now
         on, without starting new processes; a runner replaced later starts with it too."""
+        spec = dataclasses.replace(spec, tokenizer_class=spec.tokenizer_class or self.spec.tokenizer_class)
         get([r.configure.remote(spec) for r in self.runners], self.start_timeout_s,
             f"configuring {len(self.runners)} env runners", "fault_tolerance.actor_start_timeout_s")
         self.spec = spec

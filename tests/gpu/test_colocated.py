@@ -63,8 +63,9 @@ def test_learner_and_engine_share_one_gpu(ray_session, tiny_checkpoint, engine, 
         if engine == "torch":
             state = algo.learner_group.gather_state_dict()
             sums = _on_actor(algo.engines[0], lambda self: {
-                name: p.double().sum().item() for name, p in self.model.named_parameters()})
-            assert _on_actor(algo.engines[0], lambda self: (self.weight_version, self.device.type)) == (2, "cuda")
+                name: p.double().sum().item() for name, p in self.engine.model.named_parameters()})
+            where = _on_actor(algo.engines[0], lambda self: (self.engine.weight_version, self.engine.device.type))
+            assert where == (2, "cuda")
             for name, total in sums.items():
                 assert total == pytest.approx(state[name].double().sum().item(), rel=1e-9, abs=1e-9), name
     finally:

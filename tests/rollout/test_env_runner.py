@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from envs.encyclopedia import EncyclopediaConfig, make_world
 from envs.retrieval import BM25Retriever
+from memrl.engines import start_engine
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
 from memrl.episode import from_arrow
@@ -22,7 +23,7 @@ from memrl.rollout import EngineFailed, EnvRunner, EnvRunnerGroup, EnvRunnerSpec
 
 @pytest.fixture(scope="module")
 def engine(ray_session, tiny_checkpoint):
-    actor = ray.remote(num_cpus=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    actor = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
     yield actor
     ray.kill(actor)
 
@@ -140,7 +141,7 @@ def _short_context_copy(tiny_checkpoint, tmp_path, window: int):
 
 def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_checkpoint, tmp_path):
     path = _short_context_copy(tiny_checkpoint, tmp_path, 320)
-    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
+    engine = start_engine(str(path), "torch", num_cpus=0)
     # ReAct keeps the whole history, and the untrained model never answers: the prompt grows every turn.
     spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
                          workflow="react", workflow_config={}, tokenizer_path=str(path),
@@ -160,7 +161,7 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
 
 def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_checkpoint, tmp_path):
     path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
-    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(path), seed=0)
+    engine = start_engine(str(path), "torch", num_cpus=0)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
     with pytest.raises(EpisodeFailed, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
         ray.get(runner.sample.remote(_tasks(1), engine))
@@ -318,7 +319,7 @@ def _pid(actor) -> int:
 
 
 def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkpoint):
-    engine = ray.remote(num_cpus=0, max_restarts=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
     group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=2)
     result = {}
 
@@ -340,7 +341,8 @@ def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkp
 
 
 def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_checkpoint):
-    engine = ray.remote(num_cpus=0)(TorchEngine).remote(str(tiny_checkpoint), seed=0)
+    engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
+    ray.get(engine.max_model_len.remote(), timeout=120)  # up before the 3 s deadline applies
     spec = _spec(tiny_checkpoint)
     spec.engine_call_timeout_s = 3.0
     group = EnvRunnerGroup(spec, [engine], num_runners=1)
