@@ -205,7 +205,7 @@ def sync_sender(model_path: str, conn) -> None:
     """Rank 0 in a spawned process: holds the model's parameters and broadcasts them on command."""
     from transformers import AutoModelForCausalLM
 
-    from memrl.weight_sync import BucketSender, broadcast_send, init_group, metas_of
+    from memrl.weight_sync import broadcast_send, init_group, metas_of
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     tensors = {name: p.detach() for name, p in model.named_parameters()}
@@ -217,11 +217,10 @@ def sync_sender(model_path: str, conn) -> None:
         command, arg = conn.recv()
         if command == "join":
             group = init_group(LOOPBACK, arg, 0, 2, "gloo")
-            sender = BucketSender(group)  # kept from transfer to transfer, as a learner keeps its own
         elif command == "raw":
             group.broadcast(flat, 0).wait()
         elif command == "bucketed":
-            broadcast_send(group, tensors, metas, arg, sender)
+            broadcast_send(group, tensors, metas, arg)
         elif command == "stop":
             return
         else:

@@ -1,6 +1,8 @@
 """Bucketed broadcast of model weights from learner rank 0 to inference engines.
 
-The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines.
+The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines. Every tensor travels as
+one broadcast of its own bytes; a bucket is how much the learner gathers from its ZeRO-3 shards at a time and how
+much a receiver that copies (vLLM's reload) stages at a time.
 NCCL where every rank holds a GPU of its own, gloo otherwise (CPUs, or CUDA tensors of ranks sharing a GPU, which
 gloo moves through host memory); the same three calls on both sides.
 """
@@ -70,45 +72,24 @@ def plan_buckets(metas: list[TensorMeta], bucket_bytes: int) -> list[list[Tensor
     return buckets
 
 
-class BucketSender:
-    """Rank 0's side of the bucketed broadcast: each bucket is copied into one of two staging buffers and its broadcast
-    left in flight while the next bucket is staged, so copying and sending overlap.
-
-    The buffers are kept from call to call: a fresh buffer of a bucket's size costs more in first-touch page faults
-    than the copy itself (on a CPU host, about 40 ms per 64 MiB against 4 ms)."""
-
-    def __init__(self, pg):
-        self.pg = pg
-        self._buffers: list[torch.Tensor | None] = [None, None]
-        self._work: list = [None, None]
-        self._slot = 0
-
-    def send(self, tensors: list[torch.Tensor]) -> int:
-        """Broadcast one bucket (tensors of one dtype and device, in plan order); returns its bytes. The tensors may
-        change once this returns: they are copied first."""
-        slot, self._slot = self._slot, 1 - self._slot
-        if self._work[slot] is not None:
-            self._work[slot].wait()  # that buffer's last broadcast is done: it may be overwritten
-        numel = sum(t.numel() for t in tensors)
-        flat = _staging(self._buffers, slot, numel, tensors[0].dtype, tensors[0].device)
-        torch.cat([t.detach().reshape(-1) for t in tensors], out=flat)
-        self._work[slot] = self.pg.broadcast(flat, 0)
-        return numel * flat.element_size()
-
-    def finish(self) -> None:
-        """Wait until every bucket sent has left."""
-        for slot, work in enumerate(self._work):
-            if work is not None:
-                work.wait()
-                self._work[slot] = None
+def send_bucket(pg, tensors: list[torch.Tensor]) -> int:
+    """Rank 0: broadcast one bucket (tensors of one dtype and device, in plan order), each tensor as it is: no staging
+    copy, which on a CPU host costs about as much as the broadcast itself. Returns the bucket's bytes once every
+    tensor has left, so the tensors may change (or be released, as ZeRO-3 releases gathered parameters) after."""
+    works = [pg.broadcast(t.detach().contiguous(), 0) for t in tensors]
+    for work in works:
+        work.wait()
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class BucketReceiver:
-    """Ranks > 0: the buckets of a `BucketSender`, each received while the one before is read.
+    """Ranks > 0: the tensors of `send_bucket`, landing in one flat buffer per bucket, each bucket received while the
+    one before is read.
 
     With `reuse`, two buffers are kept from call to call and a yielded view is valid only until the bucket after next
     is received: for consumers that copy each tensor as it comes (an engine loading its parameters). Without it,
-    every bucket gets a fresh buffer and views stay valid."""
+    every bucket gets a fresh buffer and views stay valid. A receiver that holds tensors of the right shapes and
+    dtype already (an engine's parameters) can skip the buffers: `receive_into`."""
 
     def __init__(self, pg, device: str | torch.device = "cpu", reuse: bool = True):
         self.pg, self.device, self.reuse = pg, torch.device(device), reuse
@@ -123,58 +104,43 @@ class BucketReceiver:
             dtype = _dtype(buckets[i][0][2])
             flat = (_staging(self._buffers, i % 2, numel, dtype, self.device) if self.reuse
                     else torch.empty(numel, dtype=dtype, device=self.device))
-            return flat, self.pg.broadcast(flat, 0)
+            views, offset = [], 0
+            for _, shape, _ in buckets[i]:
+                views.append(flat[offset : offset + _numel(shape)].view(shape))
+                offset += _numel(shape)
+            return views, [self.pg.broadcast(view, 0) for view in views]
 
         pending = post(0) if buckets else None
         for i, bucket in enumerate(buckets):
-            flat, work = pending
-            work.wait()
+            views, works = pending
+            for work in works:
+                work.wait()
             # The buffer of bucket i - 1, whose views the consumer is done with, now takes bucket i + 1.
             pending = post(i + 1) if i + 1 < len(buckets) else None
-            offset = 0
-            for name, shape, _ in bucket:
-                n = _numel(shape)
-                yield name, flat[offset : offset + n].view(shape)
-                offset += n
+            for (name, _, _), view in zip(bucket, views):
+                yield name, view
 
 
-@torch.no_grad()
-def into_buckets(params: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> list[torch.Tensor]:
-    """Move `params` (name -> parameter, values kept) into one flat tensor per bucket of `plan_buckets(metas,
-    bucket_bytes)`, each parameter becoming a view of its bucket: a broadcast received into the flat tensors then lands
-    in the parameters with no copy. Every name in `metas` must be a parameter of the same shape and dtype; a parameter
-    not in `metas` is left as it is."""
-    flats = []
-    for bucket in plan_buckets(metas, bucket_bytes):
-        members = []
-        for name, shape, dtype in bucket:
-            param = params.get(name)
-            if param is None:
-                raise KeyError(f"weight sync: unknown parameter name {name!r}; the model has {len(params)} parameters "
-                               f"named like: {', '.join(list(params)[:5])}, ...")
-            if tuple(param.shape) != tuple(shape) or param.dtype != _dtype(dtype):
-                raise ValueError(f"weight sync: parameter {name!r} is {tuple(param.shape)} {param.dtype}, the sender "
-                                 f"sends {tuple(shape)} {dtype}")
-            members.append(param)
-        flat = torch.empty(sum(p.numel() for p in members), dtype=members[0].dtype, device=members[0].device)
-        offset = 0
-        for param in members:
-            view = flat[offset : offset + param.numel()].view(param.shape)
-            view.copy_(param)
-            param.data = view
-            offset += param.numel()
-        flats.append(flat)
-    return flats
+def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta]) -> None:
+    """Ranks > 0: receive every tensor of `metas` straight into `tensors[name]` (contiguous, of the sent shape and
+    dtype, e.g. an engine's parameters), with no copy. Checks every name, shape and dtype before receiving any."""
+    for name, shape, dtype in metas:
+        target = tensors.get(name)
+        if target is None:
+            raise KeyError(f"weight sync: unknown parameter name {name!r}; the model has {len(tensors)} parameters "
+                           f"named like: {', '.join(list(tensors)[:5])}, ...")
+        if tuple(target.shape) != tuple(shape) or target.dtype != _dtype(dtype) or not target.is_contiguous():
+            raise ValueError(f"weight sync: parameter {name!r} is {tuple(target.shape)} {target.dtype}, the sender "
+                             f"sends {tuple(shape)} {dtype}")
+    works = [pg.broadcast(tensors[name], 0) for name, _, _ in metas]
+    for work in works:
+        work.wait()
 
 
-def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int,
-                   sender: BucketSender | None = None) -> int:
-    """Rank 0: broadcast `tensors` bucket by bucket in `metas` order through `sender` (one of its own when None, so
-    its staging buffers last this call only); returns bytes sent."""
-    sender = sender or BucketSender(pg)
-    sent = sum(sender.send([tensors[name] for name, _, _ in bucket]) for bucket in plan_buckets(metas, bucket_bytes))
-    sender.finish()
-    return sent
+def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
+    """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
+    buckets = plan_buckets(metas, bucket_bytes)
+    return sum(send_bucket(pg, [tensors[name] for name, _, _ in bucket]) for bucket in buckets)
 
 
 def broadcast_recv(

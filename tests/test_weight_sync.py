@@ -6,12 +6,13 @@ import torch
 
 from memrl.weight_sync import (
     BucketReceiver,
-    BucketSender,
     broadcast_recv,
     broadcast_send,
     init_group,
     metas_of,
     plan_buckets,
+    receive_into,
+    send_bucket,
 )
 
 
@@ -81,10 +82,10 @@ def test_unknown_backend_is_named():
         init_group("127.0.0.1", free_port(), 0, 1, "mpi")
 
 
-def test_staged_buffers_are_reused_across_transfers_without_mixing_them():
-    """Three transfers through one sender and one receiver, each keeping two staging buffers: every transfer arrives
-    whole and exact, though the sender changes its tensors right after each send and buckets differ in size and dtype
-    (so the buffers grow and change dtype)."""
+def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
+    """Three transfers from one sender into one receiver that keeps two staging buffers: every transfer arrives whole
+    and exact, though the sender changes its tensors as soon as each bucket's send returns and buckets differ in size
+    and dtype (so the buffers grow and change dtype)."""
     tensors = _tensors()
     metas = metas_of(tensors.items())
     bucket_bytes = 64 * 4  # three buckets: [a, b], [c], [d]
@@ -94,19 +95,52 @@ def test_staged_buffers_are_reused_across_transfers_without_mixing_them():
     proc = ctx.Process(target=_reusing_receiver, args=(port, metas, bucket_bytes, 3, queue))
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
-    sender = BucketSender(pg)
     expected = []
     for version in range(3):
         live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in tensors.items()}
         expected.append({name: t.clone() for name, t in live.items()})
         for bucket in plan_buckets(metas, bucket_bytes):
-            sender.send([live[name] for name, _, _ in bucket])
+            send_bucket(pg, [live[name] for name, _, _ in bucket])
             for name, _, _ in bucket:
-                live[name].fill_(-1)  # the bucket was copied on send: changing the tensors now must not matter
-        sender.finish()
+                live[name].fill_(-1)  # the bucket has left when send_bucket returns: changing it now must not matter
     received = [queue.get(timeout=60) for _ in range(3)]
     proc.join(timeout=30)
     for want, got in zip(expected, received):
         assert got.keys() == want.keys()
         for name, t in want.items():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
+
+
+def _receiver_into(port: int, metas, queue) -> None:
+    pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
+    targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
+    pointers = {name: t.data_ptr() for name, t in targets.items()}
+    receive_into(pg, targets, metas)
+    queue.put(({name: t.clone() for name, t in targets.items()},
+               all(t.data_ptr() == pointers[name] for name, t in targets.items())))
+
+
+def test_receive_into_fills_the_given_tensors_in_place():
+    tensors = _tensors()
+    metas = metas_of(tensors.items())
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_receiver_into, args=(port, metas, queue))
+    proc.start()
+    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    broadcast_send(pg, tensors, metas, 64 * 4)
+    received, in_place = queue.get(timeout=60)
+    proc.join(timeout=30)
+    assert in_place
+    for name, t in tensors.items():
+        assert torch.equal(received[name], t), name
+
+
+def test_receive_into_names_a_missing_or_mismatched_tensor_before_receiving():
+    metas = metas_of(_tensors().items())
+    targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
+    with pytest.raises(KeyError, match="unknown parameter name 'a.weight'"):
+        receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas)
+    with pytest.raises(ValueError, match=r"'c.weight' is \(4, 11\) torch.float32, the sender sends \(11, 4\)"):
+        receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas)

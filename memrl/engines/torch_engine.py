@@ -12,7 +12,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
-from memrl.weight_sync import BucketReceiver, TensorMeta, init_group, into_buckets
+from memrl.weight_sync import BucketReceiver, TensorMeta, init_group, receive_into
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """Model dtypes the engine accepts, by name."""
@@ -255,29 +255,18 @@ class TorchEngine(InferenceEngine):
         """Join the weight-sync process group whose rank 0 is the learner (blocks until all ranks join)."""
         self._sync_group = init_group(host, port, rank, world_size, backend)
         self._receiver = BucketReceiver(self._sync_group, self.device)  # load_weights copies each tensor at once
-        self._buckets: tuple[tuple, list[torch.Tensor] | None] = ((), None)  # (metas, bucket bytes) -> parameters
 
     def receive_weights(self, metas: list[TensorMeta], version: int, bucket_bytes: int) -> None:
-        """Receive a bucketed broadcast from rank 0 straight into the model's parameters: the first call with a set of
-        `metas` makes each bucket's parameters views of one flat tensor, which later broadcasts fill with no copy."""
+        """Receive a broadcast from rank 0 straight into the model's parameters (no copy) when they have the sender's
+        dtype; a model of another dtype (bfloat16 beside a float32 learner) takes each tensor by a copy."""
         if self._sync_group is None:
             raise RuntimeError("receive_weights needs a weight-sync group: call init_weight_sync first")
-        key = (tuple(tuple(m) for m in metas), bucket_bytes)
-        if self._buckets[0] != key:
-            params = dict(self.model.named_parameters())
-            # Parameters of the sender's dtype become views of one flat tensor per bucket, which the broadcast fills
-            # in place; a model of another dtype (bfloat16 beside a float32 learner) takes each tensor by a copy.
-            same = all(name in params and str(params[name].dtype).removeprefix("torch.") == dtype
-                       for name, _, dtype in metas)
-            self._buckets = (key, into_buckets(params, metas, bucket_bytes) if same else None)
-        flats = self._buckets[1]
-        if flats is None:
+        params = {name: p.data for name, p in self.model.named_parameters()}
+        if all(name in params and str(params[name].dtype).removeprefix("torch.") == dtype for name, _, dtype in metas):
+            receive_into(self._sync_group, params, metas)
+            self.weight_version = version
+        else:
             self.load_weights(self._receiver.receive(metas, bucket_bytes), version)
-            return
-        works = [self._sync_group.broadcast(flat, 0) for flat in flats]
-        for work in works:
-            work.wait()
-        self.weight_version = version
 
     def _check_ids(self, ids: list[int], what: str) -> None:
         if not ids:

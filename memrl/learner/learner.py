@@ -26,7 +26,7 @@ from memrl import rendezvous  # noqa: E402
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
 from memrl.learner.learner_config import LearnerConfig, deepspeed_config  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
-from memrl.weight_sync import BucketSender, TensorMeta, init_group, plan_buckets  # noqa: E402
+from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket  # noqa: E402
 
 # DeepSpeed 0.19's ZeRO-3 calls collectives that torch 2.13 marks deprecated, once per step on every rank.
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*", category=FutureWarning)
@@ -280,7 +280,6 @@ class Learner:
         """Rank 0 joins the weight-sync group as its rank 0 (engines are 1..world_size-1); other ranks do nothing."""
         if self.rank == 0:
             self._sync_pg = init_group(host, port, 0, world_size, backend, listener=self._take_listener())
-            self._sender = BucketSender(self._sync_pg)
 
     def broadcast_weights(self, version: int, bucket_bytes: int) -> dict[str, float]:
         """Gather parameters bucket by bucket and broadcast them from rank 0; every rank must call this.
@@ -296,10 +295,8 @@ class Learner:
         for bucket in plan_buckets(self.weight_metas(), bucket_bytes):
             params = [named[name] for name, _, _ in bucket]
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                if self.rank == 0:  # copied into a staging buffer: sent while the next bucket is gathered
-                    sent += self._sender.send([named[name].data for name, _, _ in bucket])
-        if self.rank == 0:
-            self._sender.finish()
+                if self.rank == 0:  # sent before the gathered parameters are released
+                    sent += send_bucket(self._sync_pg, [named[name].data for name, _, _ in bucket])
         return {"version": float(version), "bytes": float(sent), "seconds": time.perf_counter() - start}
 
     def save_checkpoint(self, path: str) -> None:
