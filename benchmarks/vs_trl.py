@@ -65,12 +65,13 @@ class MemrlRun:
 
 def memrl_runs(quick: bool) -> list[MemrlRun]:
     """Synchronous runs give the learners and the engine the machine's cores in turn; one batch ahead they run at
-    once, so the cores are split between them. The full run measures each one-learner run at ZeRO stage 3 and 2."""
+    once, so the cores are split between them. The full run measures each one-learner run at ZeRO stage 3 and 2;
+    the quick run only the torch engine with one learner, one batch ahead."""
     cores = len(os.sched_getaffinity(0))
     runs = []
     for engine in ("torch",) if quick else ("torch", "vllm"):
         for learners in (1,) if quick else (1, 2):
-            for staleness in (0, 1):
+            for staleness in (1,) if quick else (0, 1):
                 if staleness == 0:
                     per_learner, per_engine = max(1, cores // learners), cores
                 else:

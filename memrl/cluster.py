@@ -41,6 +41,8 @@ def ensure_ray(num_cpus: int = 0) -> None:
     loud = verbose()
     quiet = {} if loud else {"log_to_driver": False, "logging_level": logging.WARNING,
                              "runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "WARNING"}}}
+    if not loud:  # Ray's notice that token authentication is on (its default) on every start
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     if os.environ.get("RAY_ADDRESS"):
         ray.init(include_dashboard=False, **quiet)
     else:

@@ -24,9 +24,9 @@ def test_quick_run_measures_memrl_and_names_a_missing_trl(tmp_path):
     results = json.loads((tmp_path / "vs_trl.json").read_text())
     systems = results["systems"]
     assert "no TRL environment" in systems["trl"]["skipped"]
-    assert set(systems) == {"trl", "memrl_torch_1L_sync", "memrl_torch_1L_async1"}
+    assert set(systems) == {"trl", "memrl_torch_1L_async1"}
     settings = results["settings"]
-    for name in ("memrl_torch_1L_sync", "memrl_torch_1L_async1"):
+    for name in ("memrl_torch_1L_async1",):
         r = systems[name]
         assert len(r["step_s_all"]) == settings["steps"] + settings["warmup_steps"], name
         for key in ("startup_s", "step_s", "completions_per_s", "peak_pss_mb"):
@@ -47,4 +47,4 @@ def test_full_run_measures_every_one_learner_setting_at_zero_stage_2_too():
     assert len({run.name for run in runs}) == len(runs) == 12
     assert {run.name for run in runs if run.zero_stage == 2} == {
         f"memrl_{engine}_1L_{mode}_zero2" for engine in ("torch", "vllm") for mode in ("sync", "async1")}
-    assert [run.name for run in memrl_runs(quick=True)] == ["memrl_torch_1L_sync", "memrl_torch_1L_async1"]
+    assert [run.name for run in memrl_runs(quick=True)] == ["memrl_torch_1L_async1"]
