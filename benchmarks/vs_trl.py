@@ -68,10 +68,11 @@ def memrl_runs(quick: bool) -> list[MemrlRun]:
     once, so the cores are split between them. The full run measures each one-learner run at ZeRO stage 3 and 2;
     the quick run only the torch engine with one learner, one batch ahead."""
     cores = len(os.sched_getaffinity(0))
+    engines, learner_counts, stalenesses = (("torch",), (1,), (1,)) if quick else (("torch", "vllm"), (1, 2), (0, 1))
     runs = []
-    for engine in ("torch",) if quick else ("torch", "vllm"):
-        for learners in (1,) if quick else (1, 2):
-            for staleness in (1,) if quick else (0, 1):
+    for engine in engines:
+        for learners in learner_counts:
+            for staleness in stalenesses:
                 if staleness == 0:
                     per_learner, per_engine = max(1, cores // learners), cores
                 else:

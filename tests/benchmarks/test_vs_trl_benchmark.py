@@ -26,16 +26,15 @@ def test_quick_run_measures_memrl_and_names_a_missing_trl(tmp_path):
     assert "no TRL environment" in systems["trl"]["skipped"]
     assert set(systems) == {"trl", "memrl_torch_1L_async1"}
     settings = results["settings"]
-    for name in ("memrl_torch_1L_async1",):
-        r = systems[name]
-        assert len(r["step_s_all"]) == settings["steps"] + settings["warmup_steps"], name
-        for key in ("startup_s", "step_s", "completions_per_s", "peak_pss_mb"):
-            assert math.isfinite(r[key]) and r[key] > 0, (name, key)
-        # every step trains the full batch: prompts x group size completions of at most max_tokens tokens
-        assert r["completions_per_s"] == pytest.approx(settings["num_prompts"] * settings["group_size"] / r["step_s"])
-        assert 0 < r["completion_tokens_mean"] <= settings["max_tokens"]
-        assert r["peak_pss_mb"] > 200  # Ray, the driver and the actors together
-    assert systems["memrl_torch_1L_async1"]["settings"]["max_staleness"] == 1
+    r = systems["memrl_torch_1L_async1"]
+    assert len(r["step_s_all"]) == settings["steps"] + settings["warmup_steps"]
+    for key in ("startup_s", "step_s", "completions_per_s", "peak_pss_mb"):
+        assert math.isfinite(r[key]) and r[key] > 0, key
+    # every step trains the full batch: prompts x group size completions of at most max_tokens tokens
+    assert r["completions_per_s"] == pytest.approx(settings["num_prompts"] * settings["group_size"] / r["step_s"])
+    assert 0 < r["completion_tokens_mean"] <= settings["max_tokens"]
+    assert r["peak_pss_mb"] > 200  # Ray, the driver and the actors together
+    assert r["settings"]["max_staleness"] == 1
     assert (tmp_path / "vs_trl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "skipped: no TRL environment" in proc.stdout
 
