@@ -94,7 +94,8 @@ class SearchConfig:
     """Task seed = reset seed + seed_offset."""
     expert_notes: bool = False
     """The scripted expert's memory (`expert_memory`): one short note per question answered so far, `Q3 Kolm`,
-    then the number of the question it works on, `Q4`; a 64-token memory holds eight questions' answers. False: the
+    then the question it works on, `Q4: Who founded the company Drexex?`; a 64-token memory holds eight questions'
+    answers. False: the
     env offers none, and a memory workflow's expert keeps the passages it read (about two questions' worth in 64
     tokens). Only SFT warm-starts read it."""
 
@@ -463,8 +464,9 @@ class SearchEnv(gym.Env):
 
     def expert_memory(self) -> str | None:
         """With `expert_notes`: what the expert's memory holds now, a line `Q<i> <answer>` for every question whose
-        hops have all been searched (its answer was in a passage read), in question order, then `Q<k>` for the
-        question it works on next, if any (the pointer the next search copies its entity by); None without it."""
+        hops have all been searched (its answer was in a passage read), in question order, then `Q<k>: <question>`
+        for the question it works on next, if any; None without it. The question is copied whole so that the next
+        search and the note it leads to read it from the memory, not from a list of N questions."""
         if not self.config.expert_notes:
             return None
         if not self.questions or self._done:
@@ -472,7 +474,7 @@ class SearchEnv(gym.Env):
         lines = []
         for i, question in enumerate(self.questions, start=1):
             if not all(query in self._searched for query in question.queries):
-                return "\n".join([*lines, f"Q{i}"])
+                return "\n".join([*lines, f"Q{i}: {question.question}"])
             lines.append(f"Q{i} {question.answers[0]}")
         return "\n".join(lines)
 

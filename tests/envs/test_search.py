@@ -64,7 +64,7 @@ def test_expert_earns_full_reward(num_objectives, max_turns, reward, full):
         assert info["answers"] == [list(q.answers) for q in env.questions] and not info["out_of_turns"]
 
 
-def test_expert_notes_hold_each_answered_question_and_the_next_one():
+def test_expert_notes_hold_each_answered_question_and_the_next_question():
     assert SearchEnv(num_objectives=2, max_turns=6).expert_memory() is None  # off by default
     env = SearchEnv(num_objectives=4, max_turns=10, expert_notes=True)
     for seed in range(5):
@@ -76,11 +76,14 @@ def test_expert_notes_hold_each_answered_question_and_the_next_one():
                 break
             notes.append(env.expert_memory())
         answers = [a[0] for a in info["answers"]]
-        assert notes[0] == "Q1" and notes[-1] == "\n".join(f"Q{i} {a}" for i, a in enumerate(answers, start=1))
-        # A note appears once its question's last hop has been read, never before and in order; then the next one.
+        questions = [q.question for q in env.questions]
+        assert notes[0] == f"Q1: {questions[0]}"
+        assert notes[-1] == "\n".join(f"Q{i} {a}" for i, a in enumerate(answers, start=1))
+        # A note appears once its question's last hop has been read, never before and in order; then the next
+        # question, whole.
         for note, searched in zip(notes, itertools.accumulate(([q] for q in env._searched), initial=[])):
             done = [i for i, q in enumerate(env.questions, start=1) if set(q.queries) <= set(searched)]
-            pointer = [f"Q{len(done) + 1}"] if len(done) < 4 else []
+            pointer = [f"Q{len(done) + 1}: {questions[len(done)]}"] if len(done) < 4 else []
             assert note == "\n".join([*(f"Q{i} {answers[i - 1]}" for i in done), *pointer])
     with pytest.raises(RuntimeError, match="needs a running episode"):
         env.expert_memory()

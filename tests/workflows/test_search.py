@@ -89,10 +89,11 @@ def test_expert_notes_keep_every_answer_of_eight_questions_in_64_tokens(name):
         answers = [a[0] for a in info["answers"]]
         # The answering call's memory holds one note per question, in order: what the answer is read from.
         assert calls[-1]["memory"] == "\n".join(f"Q{i} {a}" for i, a in enumerate(answers, start=1))
-        # Notes grow one question at a time, as each question's last hop is read; the last line points at the next.
+        # Notes grow one question at a time, as each question's last hop is read; the last line is the next question.
         counts = [len(call["memory"].splitlines()) for call in calls]
         # (MemSearcher's first reply has no memory block: it has read nothing yet.)
-        assert counts == sorted(counts) and calls[0]["memory"] == ("" if name == "memsearcher" else "Q1")
+        first = "" if name == "memsearcher" else f"Q1: {info['questions'][0]}"
+        assert counts == sorted(counts) and calls[0]["memory"] == first
         # Without notes the same memory keeps passages and has lost the first questions' facts by the end.
         calls, *_ = expert_episode(tokenizer, name, 8, seed, config=config)
         assert "Q1 " not in calls[-1]["memory"] and len(calls[-1]["memory"].splitlines()) < 8
