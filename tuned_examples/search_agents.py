@@ -54,6 +54,18 @@ def env_config(num_objectives: int = NUM_OBJECTIVES) -> dict:
     return {"num_objectives": num_objectives, "top_k": TOP_K, "max_turns": 2 * num_objectives + 2}
 
 
+TABLE_TWO_HOP_FRACTION = 0.0
+"""Share of two-hop questions in MEM1's Table 1 on CPU (search_eval.py and the multi-count warm-starts it measures):
+none, so a task of N questions takes N searches and the answer within its 2N + 2 turns, and each answer is one fact
+of the passage just read. The RL examples keep the encyclopedia's even mix of one- and two-hop questions."""
+
+
+def table_env_config(num_objectives: int) -> dict:
+    """The search env of MEM1's Table 1 on CPU: env_config(num_objectives) with one-hop questions only
+    (TABLE_TWO_HOP_FRACTION)."""
+    return {**env_config(num_objectives), "two_hop_fraction": TABLE_TWO_HOP_FRACTION}
+
+
 def workflow_config(workflow: str) -> dict:
     """Options of `workflow` on the CPU task."""
     if workflow == "memsearcher":

@@ -3,13 +3,14 @@
     python tuned_examples/search_eval.py                       # the shipped policies (and RL runs), 1-16 objectives
     python tuned_examples/search_eval.py --policy MemPO=runs/mempo_grpo/model:mempo --objectives 1 2 4
 
-Per policy and number of objectives N (tasks of N questions on the CPU task of tuned_examples/search_agents.py,
-with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95% interval over tasks), peak tokens
-per call (mean over tasks of each task's largest call, and the largest of all), dependency (MEM1's measure of
-the tokens each generated token depends on, summed over a task), the share of tasks whose history outgrew the
-model's context (a full-history baseline at large N) and seconds per task (greedy, batched, one engine). The JSON
-also holds ReAct's peak over each policy's at the largest N (react_peak_ratio) and each policy's peak at its
-largest N over its smallest (peak_growth). Writes search_table.json, search_table.md and search_table.png to --out.
+Per policy and number of objectives N (tasks of N one-hop questions, `table_env_config` of the CPU task in
+tuned_examples/search_agents.py, with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95%
+interval over tasks), peak tokens per call (mean over tasks of each task's largest call, and the largest of all),
+dependency (MEM1's measure of the tokens each generated token depends on, summed over a task), the share of tasks
+whose history outgrew the model's context (a full-history baseline at large N) and seconds per task (greedy,
+batched, one engine). The JSON also holds ReAct's peak over each policy's at the largest N (react_peak_ratio) and
+each policy's peak at its largest N over its smallest (peak_growth). Writes search_table.json, search_table.md
+and search_table.png to --out.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
 from tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
-from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
+from tuned_examples.search_agents import MAX_TOKENS, table_env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
 """Questions per task, as in MEM1's Table 1."""
@@ -50,7 +51,7 @@ def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tas
     """One row per number of objectives for one policy (one engine serves them all)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
     results = evaluate_checkpoint(
-        str(path), "memrl/Search-v0", [env_config(n) for n in objectives], workflow, workflow_config(workflow),
+        str(path), "memrl/Search-v0", [table_env_config(n) for n in objectives], workflow, workflow_config(workflow),
         num_tasks, max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed)
     rows = []
     for n, (summary, trajectories) in zip(objectives, results):

@@ -7,7 +7,7 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
     python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 3 4 \
         --init tuned_examples/checkpoints/react_search_sft --out runs/mixed     # one stage on mixed task sizes
     python tuned_examples/search_sft.py --workflow mem1 --steps 600 --objectives 1 2 4 8 --expert-notes \
-        --init tuned_examples/checkpoints/mem1_search_sft --out runs/notes     # the multi stage with note memories
+        --table-task --init tuned_examples/checkpoints/mem1_search_sft --out runs/short   # a third of --multi's stage
 
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
@@ -26,7 +26,14 @@ from pathlib import Path
 from memrl import sft
 from memrl.algorithms.sft import SFTConfig
 from tuned_examples.common import RUNS, default_model
-from tuned_examples.search_agents import CHECKPOINTS, NUM_OBJECTIVES, env_config, warm_start, workflow_config
+from tuned_examples.search_agents import (
+    CHECKPOINTS,
+    NUM_OBJECTIVES,
+    env_config,
+    table_env_config,
+    warm_start,
+    workflow_config,
+)
 
 
 @dataclass(frozen=True)
@@ -43,15 +50,20 @@ class Stage:
     probe_rows: bool = False
     """Also train on each episode's memory probe (SFTTrainingConfig.probe_rows; MemPO's workflow only)."""
     expert_notes: bool = False
-    """The expert's memory is one note per answered question and the number of the one it works on
-    (envs.search.SearchConfig.expert_notes: `Q1 Kolm` / `Q2`, about 6 tokens a question), not the passages it read
-    (about 25 tokens each): a 64-token memory then holds 8 questions' answers instead of about 2."""
+    """The expert's memory is one note per answered question and the question it works on
+    (envs.search.SearchConfig.expert_notes: `Q1 Kolm` / `Q2: Who founded the company Drexex?`, about 6 tokens per
+    answered question), not the passages it read (about 25 tokens each): a 64-token memory then holds 8 questions'
+    answers instead of about 2."""
+    table_task: bool = False
+    """Questions of MEM1's Table-1 task (search_agents.table_env_config: one hop each) instead of the RL examples'
+    even mix of one- and two-hop questions."""
 
 
-MULTI = Stage(400, 2000, (1, 2, 4, 8))
-"""The stage that takes a shipped two-question warm-start to tasks of 1, 2, 4 and 8 questions (--multi): a policy
-trained on two questions alone answers two questions whatever it is asked, so MEM1's Table 1 (1 to 16 questions,
-search_eval.py) evaluates these instead."""
+MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True)
+"""The stage that takes a shipped two-question warm-start to Table 1's task, one-hop questions 1, 2, 4 and 8 at a
+time (--multi): a policy trained on two questions alone answers two questions whatever it is asked, so MEM1's
+Table 1 (1 to 16 questions, search_eval.py) evaluates these instead. The memory agents' expert keeps one note per
+answered question, so 64 tokens hold what 8 questions need; every workflow gets the same steps x batch."""
 
 STAGES = {
     "mem1": (Stage(400, 2000), Stage(800, 4000)),
@@ -70,7 +82,8 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     freshly initialised); writes the checkpoint to `out` and returns the summary."""
     # Absolute paths: the learner actors do not share this process's working directory.
     task_options = [{"num_objectives": n, "max_turns": env_config(n)["max_turns"]} for n in stage.objectives]
-    env = {**env_config(max(stage.objectives)), **({"expert_notes": True} if stage.expert_notes else {})}
+    task = table_env_config if stage.table_task else env_config
+    env = {**task(max(stage.objectives)), **({"expert_notes": True} if stage.expert_notes else {})}
     config = (SFTConfig()
               .environment("memrl/Search-v0", env_config=env)
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
@@ -125,6 +138,8 @@ def main() -> None:
                    help="also train on each episode's memory probe (with --steps; --workflow mempo)")
     p.add_argument("--expert-notes", action="store_true",
                    help="the expert's memory is a note per answered question (with --steps; Stage.expert_notes)")
+    p.add_argument("--table-task", action="store_true",
+                   help="one-hop questions, as in MEM1's Table 1 (with --steps; Stage.table_task)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
@@ -136,7 +151,8 @@ def main() -> None:
             p.error("--multi runs the MULTI stage from the shipped warm-start; leave out --steps and --init")
         build_multi(args.workflow, args.out / f"{args.workflow}_multi_search_sft", args.num_eval_tasks)
     elif args.steps:
-        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows, args.expert_notes)
+        stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows, args.expert_notes,
+                      args.table_task)
         build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:
         if args.init:

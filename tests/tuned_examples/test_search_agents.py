@@ -11,7 +11,7 @@ from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
 from tuned_examples.common import train
-from tuned_examples.search_agents import MAX_TOKENS, env_config, warm_start, workflow_config
+from tuned_examples.search_agents import MAX_TOKENS, env_config, table_env_config, warm_start, workflow_config
 
 WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")
 
@@ -65,6 +65,28 @@ def test_cpu_task_experts_earn_full_reward_within_the_token_limits(tiny_checkpoi
             if not done:
                 wf.observe(obs, info)
         assert reward == 2.0  # em_sum over the two questions
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_table_task_asks_one_hop_questions_that_the_noting_expert_answers_in_full(tiny_checkpoint, workflow):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    assert search_sft.MULTI.table_task and search_sft.MULTI.expert_notes and max(search_sft.MULTI.objectives) == 8
+    for seed in range(3):
+        env = SearchEnv(**table_env_config(8), expert_notes=True)
+        obs, info = env.reset(seed=seed)
+        assert all(len(q.queries) == 1 for q in env.questions)  # one hop each
+        wf = workflow_class(workflow)(tokenizer, **workflow_config(workflow))
+        wf.reset(obs, info)
+        done = False
+        while not done:
+            reply = wf.expert_response(env.expert_action(), memory=env.expert_memory())
+            action, _ = wf.on_response(tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id])
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            if not done:
+                wf.observe(obs, info)
+        # Eight searches at most and the answer, well inside the 2N + 2 = 18 turns.
+        assert reward == 8.0 and info["metrics"]["num_turns"] == info["metrics"]["num_searches"] + 1 <= 9
 
 
 @pytest.mark.parametrize("example", [mem1_ppo, memsearcher_grpo, mempo_grpo])
