@@ -95,9 +95,8 @@ class SearchConfig:
     expert_notes: bool = False
     """The scripted expert's memory (`expert_memory`): one short note per question answered so far, `Q3 Kolm`,
     then the question it works on, `Q4: Who founded the company Drexex?`; a 64-token memory holds eight questions'
-    answers. False: the
-    env offers none, and a memory workflow's expert keeps the passages it read (about two questions' worth in 64
-    tokens). Only SFT warm-starts read it."""
+    answers. False: the env offers none, and a memory workflow's expert keeps the passages it read (about two
+    questions' worth in 64 tokens). Only SFT warm-starts read it."""
 
     def __post_init__(self) -> None:
         for name, low in (("num_objectives", 1), ("max_turns", 1), ("top_k", 1), ("max_query_chars", 1),

@@ -46,24 +46,33 @@ def test_paper_preset_on_mem1_multi_objective_rows_asks_each_rows_questions(tmp_
     assert env["num_objectives"] == 3 and env["data"] == "file"
 
 
+def _expert_episode(tokenizer, workflow: str, env: SearchEnv, seed: int) -> tuple[float, dict, list[int], list[int]]:
+    """One episode of the env's scripted expert written by `workflow` (with the env's expert memory, as SFT does):
+    the reward, the final info, and each call's prompt and reply lengths in tokens."""
+    obs, info = env.reset(seed=seed)
+    wf = workflow_class(workflow)(tokenizer, **workflow_config(workflow))
+    wf.reset(obs, info)
+    prompts, replies, done = [], [], False
+    while not done:
+        prompts.append(len(wf.prompt_ids()))
+        reply = tokenizer.encode(wf.expert_response(env.expert_action(), memory=env.expert_memory()),
+                                 add_special_tokens=False)
+        replies.append(len(reply))
+        action, _ = wf.on_response(reply + [tokenizer.eos_token_id])
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        if not done:
+            wf.observe(obs, info)
+    return reward, info, prompts, replies
+
+
 @pytest.mark.parametrize("workflow", WORKFLOWS)
 def test_cpu_task_experts_earn_full_reward_within_the_token_limits(tiny_checkpoint, workflow):
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     for seed in range(5):
-        env = SearchEnv(**env_config())
-        obs, info = env.reset(seed=seed)
-        wf = workflow_class(workflow)(tokenizer, **workflow_config(workflow))
-        wf.reset(obs, info)
-        done = False
-        while not done:
-            assert len(wf.prompt_ids()) < 600
-            reply = tokenizer.encode(wf.expert_response(env.expert_action()), add_special_tokens=False)
-            assert len(reply) < MAX_TOKENS  # the stop token still fits
-            action, _ = wf.on_response(reply + [tokenizer.eos_token_id])
-            obs, reward, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            if not done:
-                wf.observe(obs, info)
+        reward, _, prompts, replies = _expert_episode(tokenizer, workflow, SearchEnv(**env_config()), seed)
+        assert max(prompts) < 600
+        assert max(replies) < MAX_TOKENS  # the stop token still fits
         assert reward == 2.0  # em_sum over the two questions
 
 
@@ -73,18 +82,8 @@ def test_table_task_asks_one_hop_questions_that_the_noting_expert_answers_in_ful
     assert search_sft.MULTI.table_task and search_sft.MULTI.expert_notes and max(search_sft.MULTI.objectives) == 8
     for seed in range(3):
         env = SearchEnv(**table_env_config(8), expert_notes=True)
-        obs, info = env.reset(seed=seed)
+        reward, info, *_ = _expert_episode(tokenizer, workflow, env, seed)
         assert all(len(q.queries) == 1 for q in env.questions)  # one hop each
-        wf = workflow_class(workflow)(tokenizer, **workflow_config(workflow))
-        wf.reset(obs, info)
-        done = False
-        while not done:
-            reply = wf.expert_response(env.expert_action(), memory=env.expert_memory())
-            action, _ = wf.on_response(tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id])
-            obs, reward, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            if not done:
-                wf.observe(obs, info)
         # Eight searches at most and the answer, well inside the 2N + 2 = 18 turns.
         assert reward == 8.0 and info["metrics"]["num_turns"] == info["metrics"]["num_searches"] + 1 <= 9
 
