@@ -123,7 +123,17 @@ class TrainingConfig:
     """The RL algorithm's settings."""
 
     lr: float = 1e-5
-    """AdamW learning rate."""
+    """AdamW peak learning rate (see lr_schedule)."""
+    lr_schedule: str = "constant"
+    """"constant", "linear" or "cosine": how the learning rate moves from lr (after warm-up) to lr * lr_min_ratio
+    at optimizer step lr_decay_steps, where it then stays. Resuming a checkpoint continues the schedule."""
+    lr_warmup_steps: int = 0
+    """Optimizer steps of linear warm-up: step k (from 0) uses lr * (k + 1) / lr_warmup_steps."""
+    lr_decay_steps: int = 0
+    """Optimizer step at which a linear or cosine schedule reaches its floor (> lr_warmup_steps); with
+    num_minibatches steps per iteration, iterations x num_minibatches. Unused when constant."""
+    lr_min_ratio: float = 0.0
+    """Floor of a decaying schedule, as a share of lr."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -257,6 +267,10 @@ class FaultToleranceConfig:
 LEARNER_SETTINGS = {
     "model_path": "learners.model_path",
     "lr": "training.lr",
+    "lr_schedule": "training.lr_schedule",
+    "lr_warmup_steps": "training.lr_warmup_steps",
+    "lr_decay_steps": "training.lr_decay_steps",
+    "lr_min_ratio": "training.lr_min_ratio",
     "weight_decay": "training.weight_decay",
     "betas": "training.betas",
     "eps": "training.eps",

@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memrl.algorithms.sft import SFTConfig
+from memrl.learner.learner_config import LR_SCHEDULES
 
 SUMMARY_FILE = "sft_summary.json"
 """Written next to the checkpoint: the run's config and out, evaluation curve, final figures and wall time."""
@@ -96,7 +97,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=train.steps, help="training.steps: optimizer steps")
     p.add_argument("--eval-every", type=int, default=train.steps_per_iteration,
                    help="training.steps_per_iteration: evaluate every this many steps (and before and after)")
-    p.add_argument("--lr", type=float, default=train.lr, help="training.lr: AdamW learning rate (constant)")
+    p.add_argument("--lr", type=float, default=train.lr, help="training.lr: AdamW peak learning rate")
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=train.lr_schedule,
+                   help="training.lr_schedule: linear and cosine decay to 0 at the last step (lr_decay_steps = steps)")
+    p.add_argument("--lr-warmup-steps", type=int, default=train.lr_warmup_steps, help="training.lr_warmup_steps")
     p.add_argument("--num-learners", type=int, default=d.learners_cfg.num_learners, help="learners.num_learners")
     p.add_argument("--token-budget", type=int, default=d.learners_cfg.token_budget,
                    help="learners.token_budget: most padded tokens in one forward pass")
@@ -114,7 +118,8 @@ def config_from_args(args: argparse.Namespace) -> SFTConfig:
               .env_runners(workflow=args.workflow, workflow_config=args.workflow_config)
               .learners(model_path=str(Path(args.model).absolute()), num_learners=args.num_learners,
                         token_budget=args.token_budget)
-              .training(lr=args.lr, batch_size=args.batch_size, steps=args.steps, steps_per_iteration=args.eval_every,
+              .training(lr=args.lr, lr_schedule=args.lr_schedule, lr_warmup_steps=args.lr_warmup_steps,
+                        lr_decay_steps=args.steps if args.lr_schedule != "constant" else 0, batch_size=args.batch_size, steps=args.steps, steps_per_iteration=args.eval_every,
                         num_train_tasks=args.num_train_tasks, task_options=args.task_options,
                         probe_rows=args.probe_rows)
               .evaluation(evaluation_num_tasks=args.num_eval_tasks)

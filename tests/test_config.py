@@ -99,11 +99,14 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     assert set(LEARNER_SETTINGS) == chosen
     config = (_valid(DAPOConfig(), tmp_path)
               .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7)
-              .training(betas=(0.8, 0.95), eps=1e-6, lr=3e-4).debugging(seed=9))
+              .training(betas=(0.8, 0.95), eps=1e-6, lr=3e-4, lr_schedule="cosine", lr_warmup_steps=5,
+                        lr_decay_steps=50, lr_min_ratio=0.1).debugging(seed=9))
     learner = config.learner_config(compute_ref=True)
     assert (learner.zero_stage, learner.attn_implementation, learner.dist_timeout_s) == (2, "eager", 60.0)
     assert (learner.betas, learner.eps, learner.lr, learner.seed) == ((0.8, 0.95), 1e-6, 3e-4, 9)
     assert learner.param_persistence_threshold == 7 and learner.compute_ref and learner.model_path == str(tmp_path)
+    assert (learner.lr_schedule, learner.lr_warmup_steps, learner.lr_decay_steps, learner.lr_min_ratio) == \
+        ("cosine", 5, 50, 0.1)
     # A config restored from JSON (lists for tuples) maps the same.
     assert DAPOConfig.from_dict(config.to_dict()).learner_config(compute_ref=True) == learner
     # The learners score the sampling temperature's distribution only when asked to.
@@ -124,6 +127,10 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     (lambda c: c.training(betas=(0.9, 1.0)), r"training.betas must be two values in \[0, 1\)"),
     (lambda c: c.training(eps=0.0), "training.eps must be > 0"),
     (lambda c: c.training(weight_decay=-1.0), "training.weight_decay must be >= 0"),
+    (lambda c: c.training(lr_schedule="step"), "training.lr_schedule must be one of"),
+    (lambda c: c.training(lr_warmup_steps=-1), "training.lr_warmup_steps must be an integer >= 0"),
+    (lambda c: c.training(lr_schedule="linear"), r"training.lr_decay_steps must be > lr_warmup_steps \(0\)"),
+    (lambda c: c.training(lr_min_ratio=1.5), r"training.lr_min_ratio must be in \[0, 1\]"),
 ])
 def test_bad_learner_settings_are_named_by_their_builder_field(tmp_path, change, message):
     config = change(_valid(DAPOConfig(), tmp_path))

@@ -9,13 +9,16 @@ def test_command_line_maps_onto_the_config(tiny_checkpoint, tmp_path):
     args = parser().parse_args(["--env", "memrl/Echo-v0", "--workflow", "last_observation", "--model",
                                 str(tiny_checkpoint), "--out", str(tmp_path), "--steps", "7", "--lr", "0.01",
                                 "--env-config", '{"num_turns": 3}', "--task-options", '[{"num_turns": 2}]',
-                                "--eval-every", "5", "--num-eval-tasks", "9", "--seed", "4", "--probe-rows"])
+                                "--eval-every", "5", "--num-eval-tasks", "9", "--seed", "4", "--probe-rows",
+                                "--lr-schedule", "cosine", "--lr-warmup-steps", "2"])
     config = config_from_args(args)
     assert config.environment_cfg.env_config == {"num_turns": 3}
     assert config.learners_cfg.model_path == str(tiny_checkpoint.absolute())
     train = config.training_cfg
     assert (train.steps, train.lr, train.steps_per_iteration, train.task_options) == (7, 0.01, 5, [{"num_turns": 2}])
     assert config.evaluation_cfg.evaluation_num_tasks == 9 and config.debugging_cfg.seed == 4
+    # A decaying schedule reaches its floor at the run's last step.
+    assert (train.lr_schedule, train.lr_warmup_steps, train.lr_decay_steps) == ("cosine", 2, 7)
     assert train.probe_rows and not config_from_args(parser().parse_args(
         ["--model", str(tiny_checkpoint), "--out", str(tmp_path)])).training_cfg.probe_rows
 

@@ -41,7 +41,7 @@ class Stage:
     """One SFT run of a warm-start build."""
 
     steps: int
-    """Optimizer steps (32 expert calls each, lr 1e-3 constant)."""
+    """Optimizer steps (32 expert calls each, lr 1e-3 at its peak)."""
     num_train_tasks: int
     """Expert episodes on seeds 0 .. num_train_tasks - 1; held-out episodes come from the next seeds."""
     objectives: tuple[int, ...] = (NUM_OBJECTIVES,)
@@ -57,6 +57,8 @@ class Stage:
     table_task: bool = False
     """Questions of MEM1's Table-1 task (search_agents.table_env_config: one hop each) instead of the RL examples'
     even mix of one- and two-hop questions."""
+    lr_schedule: str = "constant"
+    """training.lr_schedule over the stage: "linear" or "cosine" decay lr 1e-3 to 0 at its last step."""
 
 
 MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True)
@@ -88,8 +90,9 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
               .environment("memrl/Search-v0", env_config=env)
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
               .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
-              .training(lr=1e-3, batch_size=32, steps=stage.steps, steps_per_iteration=min(400, stage.steps),
-                        num_train_tasks=stage.num_train_tasks,
+              .training(lr=1e-3, lr_schedule=stage.lr_schedule,
+                        lr_decay_steps=stage.steps if stage.lr_schedule != "constant" else 0, batch_size=32,
+                        steps=stage.steps, steps_per_iteration=min(400, stage.steps), num_train_tasks=stage.num_train_tasks,
                         task_options=task_options if len(stage.objectives) > 1 else [], probe_rows=stage.probe_rows)
               .evaluation(evaluation_num_tasks=num_eval_tasks)
               .debugging(seed=0))
@@ -140,6 +143,8 @@ def main() -> None:
                    help="the expert's memory is a note per answered question (with --steps; Stage.expert_notes)")
     p.add_argument("--table-task", action="store_true",
                    help="one-hop questions, as in MEM1's Table 1 (with --steps; Stage.table_task)")
+    p.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default="constant",
+                   help="learning rate over the stage (with --steps; Stage.lr_schedule)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
@@ -152,7 +157,7 @@ def main() -> None:
         build_multi(args.workflow, args.out / f"{args.workflow}_multi_search_sft", args.num_eval_tasks)
     elif args.steps:
         stage = Stage(args.steps, args.num_train_tasks, tuple(args.objectives), args.probe_rows, args.expert_notes,
-                      args.table_task)
+                      args.table_task, args.lr_schedule)
         build(args.workflow, out, stage, args.num_eval_tasks, args.init)
     else:
         if args.init:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import shutil
@@ -24,7 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from memrl import rendezvous  # noqa: E402
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
-from memrl.learner.learner_config import LearnerConfig, deepspeed_config  # noqa: E402
+from memrl.learner.learner_config import LearnerConfig, deepspeed_config, lr_factor  # noqa: E402
 from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
 from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket  # noqa: E402
 
@@ -92,7 +93,10 @@ class Learner:
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
         )
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=train_ds)
+        # DeepSpeed steps the scheduler after each optimizer step and keeps its position in its checkpoints.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(lr_factor, config))
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                                    config=train_ds)
         self.ref_engine = None
         if config.compute_ref:
             ref_ds = deepspeed_config(config, train=False)
@@ -245,6 +249,7 @@ class Learner:
                 loss = self._forward(self.engine, self._dummy_batch())[0].sum() * 0.0
             # DeepSpeed averages gradients over ranks, but the loss is already a share of the global mean.
             self.engine.backward(loss * self.world_size)
+        lr = float(self.engine.get_lr()[0])  # the rate this step uses: step() moves the schedule on
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()
         sums.update(
@@ -252,7 +257,7 @@ class Learner:
             micro_batches=float(len(batches)),
             forward_passes=float(num_passes),
             grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-            lr=float(self.engine.get_lr()[0]),
+            lr=lr,
         )
         return sums
 

@@ -3,6 +3,7 @@ made from it. Kept apart from the learner actor so that configs build and valida
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DTYPE_NAMES = ("float32", "bfloat16")
@@ -14,6 +15,9 @@ HEADS = ("lm", "value")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 """transformers attention backends a learner may use (flash_attention_2 needs its package and a GPU)."""
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""Shapes of the learning rate after warm-up: held, or decayed linearly or along a half cosine to lr_min_ratio."""
+
 
 @dataclass
 class LearnerConfig:
@@ -22,7 +26,17 @@ class LearnerConfig:
     model_path: str
     """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference)."""
     lr: float = 1e-6
-    """AdamW learning rate (constant)."""
+    """AdamW peak learning rate (see lr_schedule)."""
+    lr_schedule: str = "constant"
+    """"constant", "linear" or "cosine": how the learning rate moves from lr (after warm-up) to lr * lr_min_ratio
+    at optimizer step lr_decay_steps, where it then stays."""
+    lr_warmup_steps: int = 0
+    """Optimizer steps of linear warm-up: step k (from 0) uses lr * (k + 1) / lr_warmup_steps."""
+    lr_decay_steps: int = 0
+    """Optimizer step at which a linear or cosine schedule reaches its floor (> lr_warmup_steps); unused when
+    constant."""
+    lr_min_ratio: float = 0.0
+    """Floor of a decaying schedule, as a share of lr."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -59,6 +73,15 @@ class LearnerConfig:
         # on the cluster's nodes, not on the machine that builds the config.
         if not self.lr > 0:
             raise ValueError(f"LearnerConfig.lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"LearnerConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ValueError(f"LearnerConfig.lr_warmup_steps must be an integer >= 0, got {self.lr_warmup_steps!r}")
+        if self.lr_schedule != "constant" and not self.lr_decay_steps > self.lr_warmup_steps:
+            raise ValueError(f"LearnerConfig.lr_decay_steps must be > lr_warmup_steps ({self.lr_warmup_steps}) with "
+                             f"lr_schedule={self.lr_schedule!r} (the step its decay ends), got {self.lr_decay_steps!r}")
+        if not 0 <= self.lr_min_ratio <= 1:
+            raise ValueError(f"LearnerConfig.lr_min_ratio must be in [0, 1], got {self.lr_min_ratio!r}")
         if not self.weight_decay >= 0:
             raise ValueError(f"LearnerConfig.weight_decay must be >= 0, got {self.weight_decay}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -88,6 +111,17 @@ class LearnerConfig:
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(f"LearnerConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got "
                              f"{self.attn_implementation!r}")
+
+
+def lr_factor(config: LearnerConfig, step: int) -> float:
+    """The share of config.lr that optimizer step `step` (counted from 0) uses under config's schedule."""
+    if step < config.lr_warmup_steps:
+        return (step + 1) / config.lr_warmup_steps
+    if config.lr_schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.lr_warmup_steps) / (config.lr_decay_steps - config.lr_warmup_steps))
+    shape = 1.0 - progress if config.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return config.lr_min_ratio + (1.0 - config.lr_min_ratio) * shape
 
 
 def deepspeed_config(config: LearnerConfig, train: bool) -> dict:

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memrl.learner.learner import check_train_rows
-from memrl.learner.learner_config import LearnerConfig
+from memrl.learner.learner_config import LearnerConfig, lr_factor
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
 from memrl.learner.stitching import stitch
@@ -105,6 +105,21 @@ def test_config_names_bad_values(tiny_checkpoint):
         LearnerConfig(model_path=str(tiny_checkpoint), dtype="float16")
     with pytest.raises(ValueError, match="logit_temperature must be > 0"):
         LearnerConfig(model_path=str(tiny_checkpoint), logit_temperature=0.0)
+
+
+def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint):
+    def factors(steps, **schedule):
+        config = LearnerConfig(model_path=str(tiny_checkpoint), **schedule)
+        return [round(lr_factor(config, k), 6) for k in range(steps)]
+
+    assert factors(4) == [1.0] * 4
+    assert factors(5, lr_warmup_steps=2) == [0.5, 1.0, 1.0, 1.0, 1.0]
+    assert factors(7, lr_schedule="linear", lr_warmup_steps=2, lr_decay_steps=6) == [0.5, 1, 1, 0.75, 0.5, 0.25, 0]
+    assert factors(4, lr_schedule="linear", lr_decay_steps=2, lr_min_ratio=0.2) == [1.0, 0.6, 0.2, 0.2]
+    # Half a cosine: 1 at the start of the decay, 0.5 halfway, the floor at its end and after.
+    assert factors(6, lr_schedule="cosine", lr_decay_steps=4) == [1.0, 0.853553, 0.5, 0.146447, 0.0, 0.0]
+    with pytest.raises(ValueError, match="lr_decay_steps must be > lr_warmup_steps"):
+        LearnerConfig(model_path=str(tiny_checkpoint), lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
 
 
 def test_train_rows_are_checked_before_any_rank_runs():
@@ -320,6 +335,35 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
         _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
     finally:
         zero2.shutdown()
+
+
+@pytest.mark.slow
+def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, tiny_checkpoint, tmp_path):
+    # Warm-up over 2 steps, then linear decay to 0 at step 4: lr x 0.5, 1, 1, 0.5, 0.
+    config = dataclasses.replace(_config(tiny_checkpoint), compute_ref=False, lr_schedule="linear",
+                                 lr_warmup_steps=2, lr_decay_steps=4)
+    rows = _rows(5, [(5, 7), (9, 3)])
+    group = LearnerGroup(config, num_learners=1)
+    try:
+        logprobs, _ = group.compute_logprobs(rows)
+        for row, lp in zip(rows, logprobs):
+            row["old_logprobs"] = lp
+        lrs = [group.train_step(rows, LossConfig())["lr"] for _ in range(2)]
+        group.save_checkpoint(str(tmp_path / "ckpt"))
+        lrs.append(group.train_step(rows, LossConfig())["lr"])
+    finally:
+        group.shutdown()
+    fresh = LearnerGroup(config, num_learners=1)
+    try:
+        fresh.load_checkpoint(str(tmp_path / "ckpt"))
+        lrs += [fresh.train_step(rows, LossConfig())["lr"] for _ in range(2)]  # steps 2 (again) and 3
+        before = fresh.gather_state_dict()
+        lrs.append(fresh.train_step(rows, LossConfig())["lr"])
+        # The optimizer really takes the schedule's rate: at 0 neither Adam nor weight decay moves a weight.
+        _assert_same_weights(fresh.gather_state_dict(), before, atol=0.0)
+    finally:
+        fresh.shutdown()
+    assert lrs == pytest.approx([0.5e-3, 1e-3, 1e-3, 1e-3, 0.5e-3, 0.0])
 
 
 def test_learners_train_on_the_cpus_they_reserve(ray_session, tiny_checkpoint):
