@@ -119,7 +119,8 @@ def config_from_args(args: argparse.Namespace) -> SFTConfig:
               .learners(model_path=str(Path(args.model).absolute()), num_learners=args.num_learners,
                         token_budget=args.token_budget)
               .training(lr=args.lr, lr_schedule=args.lr_schedule, lr_warmup_steps=args.lr_warmup_steps,
-                        lr_decay_steps=args.steps if args.lr_schedule != "constant" else 0, batch_size=args.batch_size, steps=args.steps, steps_per_iteration=args.eval_every,
+                        lr_decay_steps=args.steps if args.lr_schedule != "constant" else 0, batch_size=args.batch_size,
+                        steps=args.steps, steps_per_iteration=args.eval_every,
                         num_train_tasks=args.num_train_tasks, task_options=args.task_options,
                         probe_rows=args.probe_rows)
               .evaluation(evaluation_num_tasks=args.num_eval_tasks)

@@ -92,7 +92,8 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
               .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
               .training(lr=1e-3, lr_schedule=stage.lr_schedule,
                         lr_decay_steps=stage.steps if stage.lr_schedule != "constant" else 0, batch_size=32,
-                        steps=stage.steps, steps_per_iteration=min(400, stage.steps), num_train_tasks=stage.num_train_tasks,
+                        steps=stage.steps, steps_per_iteration=min(400, stage.steps),
+                        num_train_tasks=stage.num_train_tasks,
                         task_options=task_options if len(stage.objectives) > 1 else [], probe_rows=stage.probe_rows)
               .evaluation(evaluation_num_tasks=num_eval_tasks)
               .debugging(seed=0))
