@@ -26,8 +26,13 @@ SUMMARY_FILE = "sft_summary.json"
 
 def run(config: SFTConfig, out: str | Path, keep_eval_checkpoints: bool = False) -> dict:
     """Build `config` (starting Ray if needed), train all its steps, write the checkpoint and SUMMARY_FILE to
-    `out`; keep_eval_checkpoints also saves the weights of every evaluation to out/step_<N>. Returns the summary."""
+    `out`; keep_eval_checkpoints also saves the weights of every evaluation to out/step_<N>. Returns the summary.
+
+    A run that starts from a checkpoint an SFT run wrote carries that run's summary (and the ones it carried, oldest
+    first) under "earlier_stages", so the summary states the whole training budget."""
     start = time.perf_counter()
+    base = Path(config.learners_cfg.model_path) / SUMMARY_FILE
+    earlier = json.loads(base.read_text()) if base.is_file() else None
     out = Path(out).absolute()  # learner actors do not share this process's working directory
     algo = config.build()
     try:
@@ -46,6 +51,8 @@ def run(config: SFTConfig, out: str | Path, keep_eval_checkpoints: bool = False)
         bar.close()
         algo.save_model(out)
         summary = {**algo.summary(), "out": str(out), "wall_s": time.perf_counter() - start}
+        if earlier is not None:
+            summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
     finally:
         algo.stop()
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))

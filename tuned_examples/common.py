@@ -169,8 +169,8 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
 
 
 def training_budget(checkpoint: str | Path) -> str:
-    """What `checkpoint` was trained with, in words: its SFT stages (steps x rows per step, from its
-    sft_summary.json) or, for a policy `train` wrote (<run>/model), its starting checkpoint's budget then the RL
+    """What `checkpoint` was trained with, in words: its SFT stages (steps x rows per step and, where one decayed, the
+    learning-rate schedule of each, from its sft_summary.json) or, for a policy `train` wrote (<run>/model), its starting checkpoint's budget then the RL
     iterations and trajectories trained; with the wall-clock minutes of it all where recorded (machines differ)."""
     path = Path(checkpoint)
     sft_file, rl_file = path / SUMMARY_FILE, path.parent / "summary.json"
@@ -187,7 +187,9 @@ def training_budget(checkpoint: str | Path) -> str:
         # A stage's config is SFTConfig.to_dict() (settings under "training"), or flat in older summaries.
         stages = [summary["config"].get("training", summary["config"]) for summary in summaries]
         steps = "+".join(str(stage["steps"]) for stage in stages)
-        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{_minutes(summaries)}"
+        schedules = [stage.get("lr_schedule", "constant") for stage in stages]
+        lr = f", lr {'+'.join(schedules)}" if set(schedules) != {"constant"} else ""
+        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{lr}{_minutes(summaries)}"
     return "not recorded"
 
 

@@ -12,14 +12,13 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
 NLL, per-call exact match, greedy reward with its 95% interval, wall time; earlier stages' summaries under
-"earlier_stages"). --multi continues the shipped <workflow>_search_sft with the MULTI stage and writes
-<out>/<workflow>_multi_search_sft, the policy search_eval.py measures.
+"earlier_stages", as memrl.sft.run records them). --multi continues the shipped <workflow>_search_sft with the
+MULTI stage and writes <out>/<workflow>_multi_search_sft, the policy search_eval.py measures.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,18 +106,7 @@ def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_task
     for i, stage in enumerate(stages):
         stage_out = out if i == len(stages) - 1 else RUNS / "search_sft" / f"{workflow}_stage{i + 1}"
         summary = build(workflow, stage_out, stage, num_eval_tasks, init)
-        if init:
-            summary = with_earlier_stages(summary, init)
         init = stage_out
-    return summary
-
-
-def with_earlier_stages(summary: dict, base: Path) -> dict:
-    """`summary` with the stages of the checkpoint `base` it continued from (their summaries, oldest first) under
-    "earlier_stages", written back to its checkpoint."""
-    earlier = json.loads((base / sft.SUMMARY_FILE).read_text())
-    summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
-    (Path(summary["out"]) / sft.SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     return summary
 
 
@@ -126,7 +114,7 @@ def build_multi(workflow: str, out: Path, num_eval_tasks: int, stage: Stage = MU
     """`stage` (default MULTI) from the checkpoint `base` (default: the shipped <workflow>_search_sft), written to
     `out`; its summary carries every earlier stage's."""
     base = base or warm_start(workflow)
-    return with_earlier_stages(build(workflow, out, stage, num_eval_tasks, init=str(base)), base)
+    return build(workflow, out, stage, num_eval_tasks, init=str(base))
 
 
 def main() -> None:
