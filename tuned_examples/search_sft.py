@@ -60,11 +60,13 @@ class Stage:
     """training.lr_schedule over the stage: "linear" or "cosine" decay lr 1e-3 to 0 at its last step."""
 
 
-MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True)
+MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True, lr_schedule="linear")
 """The stage that takes a shipped two-question warm-start to Table 1's task, one-hop questions 1, 2, 4 and 8 at a
 time (--multi): a policy trained on two questions alone answers two questions whatever it is asked, so MEM1's
 Table 1 (1 to 16 questions, search_eval.py) evaluates these instead. The memory agents' expert keeps one note per
-answered question, so 64 tokens hold what 8 questions need; every workflow gets the same steps x batch."""
+answered question, so 64 tokens hold what 8 questions need; every workflow gets the same steps x batch and the same
+schedule. With the rate held at 1e-3 MEM1 reached 0.95 / 0.765 / 0.44 / 0.056 EM at 1 / 2 / 4 / 8 questions; decayed
+linearly to 0, 0.99 / 0.79 / 0.367 / 0.100 (100 tasks each)."""
 
 STAGES = {
     "mem1": (Stage(400, 2000), Stage(800, 4000)),

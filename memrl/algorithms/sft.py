@@ -176,6 +176,7 @@ class SFT(Algorithm):
                                     replace=len(self.train_rows) < train.batch_size)
             metrics = self.learner_group.train_step([self.train_rows[i] for i in picks], train.loss)
             nll.append(metrics["nll"])
+            lr = metrics["lr"]
             self.steps_done += 1
         t_trained = time.perf_counter()
         self.train_s += t_trained - t0
@@ -183,7 +184,7 @@ class SFT(Algorithm):
         self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
         self.curve.append(self.evaluate())
         return {"steps": self.steps_done, "done": self.steps_done >= train.steps,
-                "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll))},
+                "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll)), "lr": lr},
                 "evaluation": self.curve[-1], "reward_mean": self.curve[-1]["reward_mean"],
                 "counters": dict(self.counters),
                 "timers": {"train_s": t_trained - t0, "eval_s": time.perf_counter() - t_trained}}

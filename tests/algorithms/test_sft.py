@@ -221,12 +221,15 @@ def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, 
 
 @pytest.mark.slow
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
-    config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3)
+    # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it.
+    config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear", lr_decay_steps=9)
     algo = config.build()
     straight = [algo.train()]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 1; the run goes on as if it had not saved
     straight += [algo.train() for _ in range(2)]
     assert [r["done"] for r in straight] == [False, False, True] and straight[2]["steps"] == 9
+    # Each iteration reports the rate of its last step (2, 5 and 8).
+    assert [r["learners"]["lr"] for r in straight] == pytest.approx([3e-3 * (1 - k / 9) for k in (2, 5, 8)])
     with pytest.raises(RuntimeError, match="took all its training.steps=9"):
         algo.train()
     nll = algo.summary()["train_nll"]
@@ -237,13 +240,13 @@ def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, ti
     algo.restore_from_path(path)
     resumed = algo.train()
     assert resumed["training_iteration"] == 2 and resumed["steps"] == 6
-    assert resumed["evaluation"] == straight[1]["evaluation"]
+    assert resumed["evaluation"] == straight[1]["evaluation"] and resumed["learners"] == straight[1]["learners"]
     # A learner dies after iteration 2: iteration 3 starts new learners from the periodic checkpoint of 2.
     ray_session.kill(algo.learner_group.learners[1], no_restart=True)
     recovered = algo.train()
     assert recovered["counters"]["learner_restarts"] == 1 and recovered["steps"] == 9
     assert algo.summary()["train_nll"] == nll  # the same draws, the same weights, the same losses
-    assert recovered["evaluation"] == straight[2]["evaluation"]
+    assert recovered["evaluation"] == straight[2]["evaluation"] and recovered["learners"] == straight[2]["learners"]
     algo.stop()
 
 

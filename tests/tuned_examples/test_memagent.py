@@ -54,6 +54,7 @@ def test_the_baseline_build_gets_the_rl_policys_budget():
     summary = json.loads((BASELINE / SUMMARY_FILE).read_text())
     assert [s["config"]["training"]["steps"] for s in summary["earlier_stages"]] == [memagent_sft.STEPS["memagent"]]
     assert summary["config"]["training"]["steps"] == memagent_sft.STEPS["full_context"]
+    assert re.fullmatch(r"SFT 900\+470 steps x 64 rows, lr constant\+linear, \d+ min", training_budget(BASELINE))
 
 
 def test_cpu_task_rejects_unknown_workflows():
