@@ -170,8 +170,9 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
 
 def training_budget(checkpoint: str | Path) -> str:
     """What `checkpoint` was trained with, in words: its SFT stages (steps x rows per step and, where one decayed, the
-    learning-rate schedule of each, from its sft_summary.json) or, for a policy `train` wrote (<run>/model), its starting checkpoint's budget then the RL
-    iterations and trajectories trained; with the wall-clock minutes of it all where recorded (machines differ)."""
+    learning-rate schedule of each, from its sft_summary.json) or, for a policy `train` wrote (<run>/model), its
+    starting checkpoint's budget then the RL iterations and trajectories trained; with the wall-clock minutes of it
+    all where recorded (machines differ)."""
     path = Path(checkpoint)
     sft_file, rl_file = path / SUMMARY_FILE, path.parent / "summary.json"
     # First the RL run: a policy saved by train() keeps the files of the checkpoint it started from, its warm-start's

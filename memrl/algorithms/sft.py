@@ -68,7 +68,7 @@ class SFTTrainingConfig(TrainingConfig):
 
 
 class SFTConfig(AlgorithmConfig):
-    """SFT defaults: lr 1e-3 (constant), the SFT loss (mean NLL of the expert's tokens), 4096-token micro-batches."""
+    """SFT defaults: lr 1e-3 (constant unless training.lr_schedule says otherwise), the SFT loss (mean NLL of the expert's tokens), 4096-token micro-batches."""
 
     def __init__(self):
         super().__init__()
@@ -170,13 +170,13 @@ class SFT(Algorithm):
         if self.steps_done >= train.steps:
             raise RuntimeError(f"this SFT run took all its training.steps={train.steps} already")
         t0 = time.perf_counter()
-        nll = []
+        nll, lrs = [], []
         for _ in range(min(train.steps_per_iteration, train.steps - self.steps_done)):
             picks = self.rng.choice(len(self.train_rows), size=train.batch_size,
                                     replace=len(self.train_rows) < train.batch_size)
             metrics = self.learner_group.train_step([self.train_rows[i] for i in picks], train.loss)
             nll.append(metrics["nll"])
-            lr = metrics["lr"]
+            lrs.append(metrics["lr"])
             self.steps_done += 1
         t_trained = time.perf_counter()
         self.train_s += t_trained - t0
@@ -184,7 +184,8 @@ class SFT(Algorithm):
         self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
         self.curve.append(self.evaluate())
         return {"steps": self.steps_done, "done": self.steps_done >= train.steps,
-                "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll)), "lr": lr},
+                "learners": {"nll": float(np.mean(nll)), "optimizer_steps": float(len(nll)),
+                             "lr": float(np.mean(lrs))},
                 "evaluation": self.curve[-1], "reward_mean": self.curve[-1]["reward_mean"],
                 "counters": dict(self.counters),
                 "timers": {"train_s": t_trained - t0, "eval_s": time.perf_counter() - t_trained}}
