@@ -68,7 +68,8 @@ class SFTTrainingConfig(TrainingConfig):
 
 
 class SFTConfig(AlgorithmConfig):
-    """SFT defaults: lr 1e-3 (constant unless training.lr_schedule says otherwise), the SFT loss (mean NLL of the expert's tokens), 4096-token micro-batches."""
+    """SFT defaults: lr 1e-3 (constant unless training.lr_schedule says otherwise), the SFT loss (mean NLL of the
+    expert's tokens), 4096-token micro-batches."""
 
     def __init__(self):
         super().__init__()
