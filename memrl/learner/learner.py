@@ -39,8 +39,34 @@ TRAIN_KEYS = {"lm": ("loss_mask", "old_logprobs", "advantages"), "value": ("loss
 """Per-response-token arrays every training row carries besides its ids, by head; a policy's "ref_logprobs" is
 optional (all rows or none), and its "rollout_logprobs" are needed by an off-policy correction."""
 
+STALE_BUILD_LOCK_S = 600.0
+"""Age after which the lock of DeepSpeed's CPU communication op build is taken for one a killed process left behind:
+building the op takes about a minute, checking a built one a second."""
+
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
+
+
+def clear_stale_build_lock(max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None:
+    """Remove the lock file of DeepSpeed's CPU communication op in torch's extension cache when it is older than
+    `max_age_s`; returns its path if it was removed.
+
+    torch takes that lock on every load of the op, even a built one, and a process killed while holding it (a run
+    stopped during its learners' start) leaves the file behind: every later learner on the machine then waits on
+    it forever."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory("deepspeed_shm_comm", False)) / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    if age <= max_age_s:
+        return None
+    lock.unlink(missing_ok=True)  # another learner on this node may have removed it first
+    warnings.warn(f"removed {lock}, left {age:.0f} s ago by a process that was stopped while loading DeepSpeed's "
+                  f"CPU communication op", stacklevel=2)
+    return lock
 
 
 class Learner:
@@ -77,6 +103,8 @@ class Learner:
                           WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
         get_accelerator().set_device(0)
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "gloo":
+            clear_stale_build_lock()
         rendezvous.use_interface(master_addr)
         store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, config.dist_timeout_s,
                                       self._take_listener())

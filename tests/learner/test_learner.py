@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memrl.learner.learner import check_train_rows
+from memrl.learner.learner import check_train_rows, clear_stale_build_lock
 from memrl.learner.learner_config import LearnerConfig, lr_factor
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
@@ -120,6 +122,19 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
     assert factors(6, lr_schedule="cosine", lr_decay_steps=4) == [1.0, 0.853553, 0.5, 0.146447, 0.0, 0.0]
     with pytest.raises(ValueError, match="lr_decay_steps must be > lr_warmup_steps"):
         LearnerConfig(model_path=str(tiny_checkpoint), lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
+
+
+def test_only_an_old_build_lock_is_cleared(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert clear_stale_build_lock() is None  # no lock: nothing to do
+    lock = tmp_path / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(exist_ok=True)
+    lock.touch()
+    assert clear_stale_build_lock(max_age_s=600) is None and lock.exists()  # a build may be running: kept
+    os.utime(lock, (lock.stat().st_atime, lock.stat().st_mtime - 601))
+    with pytest.warns(UserWarning, match="removed .*lock, left 60[01] s ago"):
+        assert clear_stale_build_lock(max_age_s=600) == lock
+    assert not lock.exists()
 
 
 def test_train_rows_are_checked_before_any_rank_runs():
@@ -335,6 +350,24 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
         _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
     finally:
         zero2.shutdown()
+
+
+@pytest.mark.slow
+def test_learners_start_past_a_build_lock_a_killed_run_left(ray_session, tiny_checkpoint):
+    # A run stopped while its learners loaded DeepSpeed's CPU op leaves torch's build lock behind; without clearing
+    # it, the next learners wait on it until their start deadline.
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory("deepspeed_shm_comm", False)) / "lock"
+    lock.touch()
+    os.utime(lock, (time.time() - 3600, time.time() - 3600))
+    group = LearnerGroup(dataclasses.replace(_config(tiny_checkpoint), compute_ref=False), start_timeout_s=180)
+    try:
+        assert not lock.exists()
+        assert len(group.weight_metas()) > 0
+    finally:
+        group.shutdown()
+        lock.unlink(missing_ok=True)
 
 
 @pytest.mark.slow
