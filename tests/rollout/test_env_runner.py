@@ -4,6 +4,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -172,7 +173,9 @@ def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_check
 class _FlakyRetrieval(BaseHTTPRequestHandler):
     """A retrieval server over the synthetic encyclopedia in the shape MEM1's web-search servers answer: documents
     without scores, twice as many as asked. It answers HTTP 500 to the requests numbered in `failing` (all of them
-    when it is None) and holds the requests numbered in `slow` for `delay_s` first."""
+    when it is None) and holds the requests numbered in `slow` for `delay_s` first. A request whose body failed before
+    is a retry and is answered: which number a retry gets depends on how the episodes interleave, and a client that
+    retries once must never meet two failures in a row."""
 
     retriever = BM25Retriever(make_world(EncyclopediaConfig()).passages)
     failing: set | None = {2, 5, 9}
@@ -181,6 +184,8 @@ class _FlakyRetrieval(BaseHTTPRequestHandler):
     """Request numbers answered after `delay_s`."""
     delay_s = 2.0
     requests = 0
+    failed: ClassVar[set] = set()
+    """Bodies answered with HTTP 500 so far."""
     log: ClassVar[list] = []
     """(request number, time it arrived, time it was answered)."""
 
@@ -189,12 +194,14 @@ class _FlakyRetrieval(BaseHTTPRequestHandler):
 
     def do_POST(self):
         arrived = time.monotonic()
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw)
         type(self).requests += 1
         number = self.requests
         if number in self.slow:
             time.sleep(self.delay_s)
-        if self.failing is None or number in self.failing:
+        if self.failing is None or (number in self.failing and raw not in self.failed):
+            self.failed.add(raw)
             data, status = b"overloaded", 500
         else:
             hits = self.retriever.search(body["queries"], 2 * body["topk"])
@@ -213,7 +220,7 @@ def flaky_server():
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _FlakyRetrieval.failing, _FlakyRetrieval.slow, _FlakyRetrieval.requests = {2, 5, 9}, set(), 0
-    _FlakyRetrieval.log = []
+    _FlakyRetrieval.log, _FlakyRetrieval.failed = [], set()
     yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
     server.shutdown()
     server.server_close()
@@ -228,16 +235,21 @@ def _search_spec(tiny_checkpoint, url, http_retries: int = 0, **fields) -> EnvRu
 
 
 class _Searcher(TorchEngine):
-    """A torch engine that always replies with a search (the untrained model rarely writes a valid action)."""
+    """A torch engine that always replies with a search (the untrained model rarely writes a valid action): of Kema
+    and a number read off the prompt, so different calls search different strings and the same call the same one."""
 
     def __init__(self, model_path, **kwargs):
         super().__init__(model_path, **kwargs)
-        self.reply = AutoTokenizer.from_pretrained(model_path).encode("<search>Kema</search>", add_special_tokens=False)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
 
     def generate(self, prompts, sampling):
-        ids = self.reply + [sampling.stop_token_ids[0]]
-        return [GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
-                                 weight_version=self.weight_version) for _ in prompts]
+        outputs = []
+        for prompt in prompts:
+            reply = f"<search>Kema {zlib.crc32(repr(list(prompt)).encode())}</search>"
+            ids = self.tokenizer.encode(reply, add_special_tokens=False) + [sampling.stop_token_ids[0]]
+            outputs.append(GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
+                                            weight_version=self.weight_version))
+        return outputs
 
 
 def _scripted_search_engine(tiny_checkpoint):
@@ -272,8 +284,10 @@ def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episode
         ray_session, tiny_checkpoint, flaky_server):
     engine = _scripted_search_engine(tiny_checkpoint)
     group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, http_retries=1), [engine], num_runners=2)
-    trajs = from_arrow(group.sample(_tasks(8), seed=0)[0])
-    assert len(trajs) == 8 and not any(t.failure for t in trajs)  # each failed request was asked again
+    # One episode per question: the only request that repeats a failed one's body is its retry.
+    trajs = from_arrow(group.sample(_tasks(8, group_size=1), seed=0)[0])
+    assert len(_FlakyRetrieval.failed) == 3  # requests 2, 5 and 9 failed
+    assert len(trajs) == 8 and not any(t.failure for t in trajs)  # and each was asked again
     assert all(t.metrics["num_searches"] == 3 for t in trajs)
     _FlakyRetrieval.failing = None  # the server is down for good
     trajs = from_arrow(group.sample(_tasks(4), seed=1)[0])
