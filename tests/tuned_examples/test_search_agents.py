@@ -144,10 +144,10 @@ def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_pat
         config = summary["config"].get("training", summary["config"])
         assert [o["num_objectives"] for o in config["task_options"]] == [1, 2, 4, 8]
         assert summary["earlier_stages"]  # it went on from the two-question warm-start
-    # MEM1 and the ReAct baselines it is compared with went through the same multi-count stage: steps x batch, episodes
-    # and schedule.
+    # MEM1, MemPO and the ReAct baselines they are compared with went through the same multi-count stage: steps x batch,
+    # episodes and schedule.
     multi = search_sft.MULTI
-    for workflow in ("mem1", "react"):
+    for workflow in ("mem1", "mempo", "react"):
         train = json.loads((warm_start(workflow, multi=True) / SUMMARY_FILE).read_text())["config"]["training"]
         assert (train["steps"], train["batch_size"], train["num_train_tasks"], train["lr_schedule"]) == \
             (multi.steps, 32, multi.num_train_tasks, multi.lr_schedule)
