@@ -35,7 +35,7 @@ def ensure_ray(num_cpus: int = 0) -> None:
     instance with enough logical CPUs for `num_cpus` reserved by actors (and never fewer than the cores).
 
     Unless `verbose()`, actors' output stays in Ray's log files (/tmp/ray/session_latest/logs) and vLLM logs at
-    WARNING; errors still reach the caller as exceptions."""
+    WARNING (on a local Ray, unless VLLM_LOGGING_LEVEL is set); errors still reach the caller as exceptions."""
     if ray.is_initialized():
         return
     loud = verbose()
@@ -45,8 +45,13 @@ def ensure_ray(num_cpus: int = 0) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     if os.environ.get("RAY_ADDRESS"):
         ray.init(include_dashboard=False, **quiet)
-    else:
-        ray.init(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
+        return
+    # A local Ray's workers inherit this process's environment. Setting vLLM's level there rather than in a job-wide
+    # runtime_env starts the actors sooner: 5.5-6.0 s against 6.5-6.7 s for one engine, learner and runner here.
+    quiet.pop("runtime_env", None)
+    if not loud:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    ray.init(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
 
 
 def get(refs, timeout_s: float, what: str, setting: str):

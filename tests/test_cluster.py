@@ -65,14 +65,21 @@ def test_actor_output_reaches_the_console_only_when_asked_for(tmp_path, verbose)
         "    print('library chatter from an actor', flush=True)\n"
         "    return 1\n"
         "assert ray.get(chatty.remote()) == 1\n"
+        "@ray.remote\n"
+        "def vllm_level():\n"
+        "    import os\n"
+        "    return os.environ.get('VLLM_LOGGING_LEVEL')\n"
+        "print('vLLM level in actors:', ray.get(vllm_level.remote()))\n"
         "import time; time.sleep(2)  # give Ray's log monitor time to forward what it would\n"
     )
     env = {**os.environ, "MEMRL_VERBOSE": "1" if verbose else "0"}
     env.pop("RAY_ADDRESS", None)
+    env.pop("VLLM_LOGGING_LEVEL", None)
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("library chatter from an actor" in proc.stdout + proc.stderr) == verbose
+    assert f"vLLM level in actors: {None if verbose else 'WARNING'}" in proc.stdout  # vLLM quiet unless asked
 
 
 def test_custom_resources_count_in_the_needs_and_are_checked(tiny_checkpoint):

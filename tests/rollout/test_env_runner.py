@@ -174,8 +174,8 @@ class _FlakyRetrieval(BaseHTTPRequestHandler):
     """A retrieval server over the synthetic encyclopedia in the shape MEM1's web-search servers answer: documents
     without scores, twice as many as asked. It answers HTTP 500 to the requests numbered in `failing` (all of them
     when it is None) and holds the requests numbered in `slow` for `delay_s` first. A request whose body failed before
-    is a retry and is answered: which number a retry gets depends on how the episodes interleave, and a client that
-    retries once must never meet two failures in a row."""
+    is a retry: answered and not numbered, so the same requests fail however the episodes interleave, and a client
+    that retries once never meets two failures in a row."""
 
     retriever = BM25Retriever(make_world(EncyclopediaConfig()).passages)
     failing: set | None = {2, 5, 9}
@@ -186,8 +186,9 @@ class _FlakyRetrieval(BaseHTTPRequestHandler):
     requests = 0
     failed: ClassVar[set] = set()
     """Bodies answered with HTTP 500 so far."""
+    numbering = threading.Lock()
     log: ClassVar[list] = []
-    """(request number, time it arrived, time it was answered)."""
+    """(request number or 0 for a retry, time it arrived, time it was answered)."""
 
     def log_message(self, *args):
         pass
@@ -196,11 +197,14 @@ class _FlakyRetrieval(BaseHTTPRequestHandler):
         arrived = time.monotonic()
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         body = json.loads(raw)
-        type(self).requests += 1
-        number = self.requests
+        with self.numbering:  # the server answers requests on threads of their own
+            retry = raw in self.failed
+            if not retry:
+                type(self).requests += 1
+            number = 0 if retry else self.requests
         if number in self.slow:
             time.sleep(self.delay_s)
-        if self.failing is None or (number in self.failing and raw not in self.failed):
+        if self.failing is None or number in self.failing:
             self.failed.add(raw)
             data, status = b"overloaded", 500
         else:
