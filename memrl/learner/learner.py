@@ -47,6 +47,13 @@ building the op takes about a minute, checking a built one a second."""
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
 
 
+def cpu_comm_op_dir() -> Path:
+    """Where torch's extension cache keeps DeepSpeed's CPU communication op (every learner on the machine shares it)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory("deepspeed_shm_comm", False))
+
+
 def clear_stale_build_lock(max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None:
     """Remove the lock file of DeepSpeed's CPU communication op in torch's extension cache when it is older than
     `max_age_s`; returns its path if it was removed.
@@ -54,9 +61,7 @@ def clear_stale_build_lock(max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None
     torch takes that lock on every load of the op, even a built one, and a process killed while holding it (a run
     stopped during its learners' start) leaves the file behind: every later learner on the machine then waits on
     it forever."""
-    from torch.utils.cpp_extension import _get_build_directory
-
-    lock = Path(_get_build_directory("deepspeed_shm_comm", False)) / "lock"
+    lock = cpu_comm_op_dir() / "lock"
     try:
         age = time.time() - lock.stat().st_mtime
     except FileNotFoundError:

@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from memrl import rendezvous
 from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
-from memrl.learner.learner import Learner, check_train_rows
+from memrl.learner.learner import Learner, check_train_rows, cpu_comm_op_dir
 from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.losses import LossConfig
 from memrl.weight_sync import TensorMeta
@@ -44,11 +44,9 @@ def split_rows(lengths: Sequence[int], num_ranks: int) -> list[list[int]]:
 
 
 def _cpu_comm_op_built() -> bool:
-    """Whether DeepSpeed's CPU communication op is already compiled (torch's extension cache, which every learner
-    on this machine shares); the first CPU learner builds it, silently, for about a minute."""
-    from torch.utils.cpp_extension import _get_build_directory
-
-    return (Path(_get_build_directory("deepspeed_shm_comm", False)) / "deepspeed_shm_comm.so").is_file()
+    """Whether DeepSpeed's CPU communication op is already compiled; the first CPU learner on a machine builds it,
+    silently, for about a minute."""
+    return (cpu_comm_op_dir() / "deepspeed_shm_comm.so").is_file()
 
 
 class LearnerFailed(RuntimeError):

@@ -11,7 +11,6 @@ import dataclasses
 import os
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memrl.learner.learner import check_train_rows, clear_stale_build_lock
+from memrl.learner.learner import check_train_rows, clear_stale_build_lock, cpu_comm_op_dir
 from memrl.learner.learner_config import LearnerConfig, lr_factor
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
@@ -356,9 +355,7 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
 def test_learners_start_past_a_build_lock_a_killed_run_left(ray_session, tiny_checkpoint):
     # A run stopped while its learners loaded DeepSpeed's CPU op leaves torch's build lock behind; without clearing
     # it, the next learners wait on it until their start deadline.
-    from torch.utils.cpp_extension import _get_build_directory
-
-    lock = Path(_get_build_directory("deepspeed_shm_comm", False)) / "lock"
+    lock = cpu_comm_op_dir() / "lock"
     lock.touch()
     os.utime(lock, (time.time() - 3600, time.time() - 3600))
     group = LearnerGroup(dataclasses.replace(_config(tiny_checkpoint), compute_ref=False), start_timeout_s=180)
