@@ -14,20 +14,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
+from memrl import rendezvous
+from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length
+from memrl.learner.learner_config import LearnerConfig, deepspeed_config, lr_factor
+from memrl.learner.losses import LossConfig, compute_loss, value_loss
+from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket
+
+# DeepSpeed is imported inside the methods that use it: the driver only names this class to start learner actors,
+# and importing DeepSpeed there cost every run's start-up about a second.
 # DeepSpeed picks its accelerator once, at import; say it explicitly so a CPU box never probes for CUDA.
 os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
-
-import deepspeed  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from deepspeed.accelerator import get_accelerator  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification  # noqa: E402
-
-from memrl import rendezvous  # noqa: E402
-from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length  # noqa: E402
-from memrl.learner.learner_config import LearnerConfig, deepspeed_config, lr_factor  # noqa: E402
-from memrl.learner.losses import LossConfig, compute_loss, value_loss  # noqa: E402
-from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket  # noqa: E402
 
 # DeepSpeed 0.19's ZeRO-3 calls collectives that torch 2.13 marks deprecated, once per step on every rank.
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*", category=FutureWarning)
@@ -101,6 +100,9 @@ class Learner:
 
     def start(self, master_addr: str, master_port: int) -> None:
         """Join the DeepSpeed world at master_addr:master_port (rank 0 serves it) and build the model and optimizer."""
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+
         config = self.config
         # Ray gives each learner its own GPU (or none), so the local device is always index 0. DeepSpeed's CPU
         # communication op names its shared memory after MASTER_ADDR and MASTER_PORT.
@@ -306,6 +308,8 @@ class Learner:
 
     def gather_state_dict_for_sync(self) -> dict[str, torch.Tensor] | None:
         """Full parameters with HF names, as CPU tensors on rank 0 (None elsewhere); every rank must call this."""
+        import deepspeed
+
         state: dict[str, torch.Tensor] = {}
         # One parameter at a time: no rank ever holds the whole model on its device.
         for name, p in self._named_parameters():
@@ -324,6 +328,8 @@ class Learner:
 
         Returns the version, bytes sent (0 on ranks other than 0) and seconds taken.
         """
+        import deepspeed
+
         if self.rank == 0 and self._sync_pg is None:
             raise RuntimeError("broadcast_weights needs init_weight_sync first")
         start = time.perf_counter()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -121,6 +123,14 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
     assert factors(6, lr_schedule="cosine", lr_decay_steps=4) == [1.0, 0.853553, 0.5, 0.146447, 0.0, 0.0]
     with pytest.raises(ValueError, match="lr_decay_steps must be > lr_warmup_steps"):
         LearnerConfig(model_path=str(tiny_checkpoint), lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
+
+
+def test_a_driver_starts_learners_without_importing_deepspeed():
+    # A fresh interpreter: this test process has loaded DeepSpeed already. The driver only names the Learner class;
+    # importing DeepSpeed there cost every run's start-up about a second.
+    code = "import sys, memrl.algorithms, memrl.learner.learner_group; print('deepspeed' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_only_an_old_build_lock_is_cleared(tmp_path, monkeypatch):
