@@ -24,7 +24,7 @@ from memrl.learner.losses import LossConfig, compute_loss, value_loss
 from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket
 
 # DeepSpeed is imported inside the methods that use it: the driver only names this class to start learner actors,
-# and importing DeepSpeed there cost every run's start-up about a second.
+# and importing DeepSpeed there cost every run's start-up about half a second.
 # DeepSpeed picks its accelerator once, at import; say it explicitly so a CPU box never probes for CUDA.
 os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
 
@@ -73,6 +73,22 @@ def clear_stale_build_lock(max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None
     return lock
 
 
+def _import_muon_uncompiled() -> None:
+    """Import DeepSpeed's Muon optimizer with TorchDynamo off. DeepSpeed's ZeRO optimizers import it while they set up,
+    whichever optimizer they are given, and its module wraps its kernels in torch.compile, which loads TorchInductor:
+    about a second of every learner's start. memrl hands DeepSpeed its own AdamW, so those kernels never run; with
+    Dynamo off they stay plain functions."""
+    previous = os.environ.get("TORCHDYNAMO_DISABLE")
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read by torch.compile when it wraps a function, i.e. at import here
+    try:
+        import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
+    finally:
+        if previous is None:
+            del os.environ["TORCHDYNAMO_DISABLE"]
+        else:
+            os.environ["TORCHDYNAMO_DISABLE"] = previous
+
+
 class Learner:
     """One rank of the data-parallel learner group (the group runs it as a Ray actor)."""
 
@@ -103,6 +119,7 @@ class Learner:
         import deepspeed
         from deepspeed.accelerator import get_accelerator
 
+        _import_muon_uncompiled()
         config = self.config
         # Ray gives each learner its own GPU (or none), so the local device is always index 0. DeepSpeed's CPU
         # communication op names its shared memory after MASTER_ADDR and MASTER_PORT.

@@ -127,10 +127,27 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
 
 def test_a_driver_starts_learners_without_importing_deepspeed():
     # A fresh interpreter: this test process has loaded DeepSpeed already. The driver only names the Learner class;
-    # importing DeepSpeed there cost every run's start-up about a second.
+    # importing DeepSpeed there cost every run's start-up about half a second.
     code = "import sys, memrl.algorithms, memrl.learner.learner_group; print('deepspeed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_learner_starts_without_loading_torch_inductor(tiny_checkpoint):
+    # DeepSpeed imports its Muon optimizer while it sets up ZeRO, and that module wraps kernels in torch.compile; with
+    # TorchDynamo on, that loads TorchInductor (about a second). A fresh process: this one may have loaded it already.
+    code = f"""
+import os, sys
+from memrl.learner.learner import Learner
+from memrl.learner.learner_config import LearnerConfig
+learner = Learner(LearnerConfig(model_path={str(tiny_checkpoint)!r}), 0, 1)
+learner.start("127.0.0.1", learner.listen("127.0.0.1"))
+print("torch._inductor.compile_fx" in sys.modules, os.environ.get("TORCHDYNAMO_DISABLE"))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHDYNAMO_DISABLE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False None"  # not loaded, and Dynamo is on again afterwards
 
 
 def test_only_an_old_build_lock_is_cleared(tmp_path, monkeypatch):
