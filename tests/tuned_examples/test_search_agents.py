@@ -140,14 +140,12 @@ def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_pat
     for _, path, workflow in policies:
         assert path == warm_start(workflow.removesuffix("_truncated"), multi=True)
         summary = json.loads((path / SUMMARY_FILE).read_text())
-        # The flat SFT config of the older builds, or SFTConfig.to_dict() (settings under "training").
-        config = summary["config"].get("training", summary["config"])
-        assert [o["num_objectives"] for o in config["task_options"]] == [1, 2, 4, 8]
+        assert [o["num_objectives"] for o in summary["config"]["training"]["task_options"]] == [1, 2, 4, 8]
         assert summary["earlier_stages"]  # it went on from the two-question warm-start
-    # MEM1, MemPO and the ReAct baselines they are compared with went through the same multi-count stage: steps x batch,
-    # episodes and schedule.
+    # The memory agents and the ReAct baselines they are compared with went through the same multi-count stage: steps x
+    # batch, episodes and schedule.
     multi = search_sft.MULTI
-    for workflow in ("mem1", "mempo", "react"):
+    for workflow in ("mem1", "mempo", "memsearcher", "react"):
         train = json.loads((warm_start(workflow, multi=True) / SUMMARY_FILE).read_text())["config"]["training"]
         assert (train["steps"], train["batch_size"], train["num_train_tasks"], train["lr_schedule"]) == \
             (multi.steps, 32, multi.num_train_tasks, multi.lr_schedule)
