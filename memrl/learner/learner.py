@@ -82,6 +82,8 @@ def _import_muon_uncompiled() -> None:
     os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read by torch.compile when it wraps a function, i.e. at import here
     try:
         import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
+    except ModuleNotFoundError:
+        pass  # a DeepSpeed without Muon has nothing to compile
     finally:
         if previous is None:
             del os.environ["TORCHDYNAMO_DISABLE"]
