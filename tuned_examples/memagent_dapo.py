@@ -33,9 +33,9 @@ at this length, the main job's held-out score is measured at it, and the length 
 TRAIN_LENGTHS = (NUM_DOCS, 2 * NUM_DOCS, 4 * NUM_DOCS)
 """Lengths the main job trains on, one drawn per question from its seed: memories that keep a distractor fact fail
 more often the more distractors stream past, so RL sees the long documents where such writes cost the answer.
-Adding 80 documents did not buy more at length: the job took 1219 s, and on 400 questions per length its change
-against the warm-start was +0.080 / +0.060 / +0.037 [-0.013, +0.088] / -0.005 at 1x / 4x / 8x / 16x, against
-+0.075 / +0.060 / +0.020 / -0.005 for these lengths (200 questions)."""
+Adding 80 documents did not buy more at length: the job took 1042 s on an idle machine, and on 400 questions per
+length its change against the warm-start was +0.080 / +0.060 / +0.037 [-0.013, +0.088] / -0.005 at 1x / 4x / 8x /
+16x, against +0.075 / +0.060 / +0.020 / -0.005 for these lengths (200 questions)."""
 CHUNK_TOKENS = 24
 """Tokens per chunk on CPU: one document of up to 13 tokens, two when both are short."""
 MEMORY_TOKENS = 32

@@ -127,7 +127,7 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
 
 def test_a_driver_starts_learners_without_importing_deepspeed():
     # A fresh interpreter: this test process has loaded DeepSpeed already. The driver only names the Learner class;
-    # importing DeepSpeed there cost every run's start-up about half a second.
+    # importing DeepSpeed there cost every run's start-up 0.3-0.4 s.
     code = "import sys, memrl.algorithms, memrl.learner.learner_group; print('deepspeed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
