@@ -23,11 +23,10 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.cluster import FailureBudget, trial_placement_group
@@ -40,6 +39,9 @@ from memrl.learner.rows import TrainRow
 from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
 from memrl.stats import reward_interval
 from memrl.workflows import workflow_class
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -109,6 +111,8 @@ class SFT(Algorithm):
         return SFTConfig()
 
     def setup(self, config: dict[str, Any]) -> None:
+        from transformers import AutoTokenizer
+
         from memrl.engines.torch_engine import TorchEngine
 
         self.cfg = SFTConfig.from_dict(config)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from memrl.workflows.base import Workflow
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 MEMORY_TEMPLATE = (
     "You are presented with a problem, a section of an article that may contain the answer to the problem, "

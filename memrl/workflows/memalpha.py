@@ -13,11 +13,13 @@ for its rewrite, and the reply is the new paragraph.
 from __future__ import annotations
 
 import json
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from envs.memory_store import MEMORY_TYPES, tool_schemas
 from memrl.workflows.base import Workflow
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SYSTEM_TEMPLATE = (
     "You are an assistant with a memory of three parts. Read what the user shares and keep what matters in it.\n"

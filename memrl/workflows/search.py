@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from envs.search import find_action, read_block
 from memrl.workflows.base import Workflow
@@ -26,6 +25,9 @@ from memrl.workflows.search_prompts import (
     SEARCH_TOOL,
     TOOL_RESPONSE,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PASSAGE = re.compile(r"^Doc \d+\(Title: [^)]*\) (.+?)(?:</information>)?$", re.MULTILINE)
 """One hit line of an `<information>` block (envs.retrieval.format_information); group 1 is the passage."""

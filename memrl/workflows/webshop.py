@@ -21,11 +21,13 @@ words; a workflow's `template` replaces its prompt (a short one suits a tiny mod
 from __future__ import annotations
 
 import re
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from memrl.workflows.base import Workflow
 from memrl.workflows.search import _positive_tokens
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.S)

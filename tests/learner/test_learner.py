@@ -125,12 +125,13 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
         LearnerConfig(model_path=str(tiny_checkpoint), lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
 
 
-def test_a_driver_starts_learners_without_importing_deepspeed():
-    # A fresh interpreter: this test process has loaded DeepSpeed already. The driver only names the Learner class;
-    # importing DeepSpeed there cost every run's start-up 0.3-0.4 s.
-    code = "import sys, memrl.algorithms, memrl.learner.learner_group; print('deepspeed' in sys.modules)"
+def test_a_driver_imports_neither_deepspeed_nor_transformers():
+    # A fresh interpreter: this test process has loaded both already. The driver only names the Learner class and
+    # the workflows (actors load models and tokenizers); the two imports cost every run's start-up about 1 s.
+    code = ("import sys, memrl.algorithms, memrl.learner.learner_group, memrl.rollout, memrl.workflows; "
+            "print('deepspeed' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert out.stdout.strip().splitlines()[-1] == "False False"
 
 
 def test_a_learner_starts_without_loading_torch_inductor(tiny_checkpoint):
@@ -147,7 +148,8 @@ print("torch._inductor.compile_fx" in sys.modules, os.environ.get("TORCHDYNAMO_D
     env = {k: v for k, v in os.environ.items() if k != "TORCHDYNAMO_DISABLE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False None"  # not loaded, and Dynamo is on again afterwards
+    # not loaded, and Dynamo is on again afterwards
+    assert out.stdout.strip().splitlines()[-1] == "False None", out.stdout[-2000:] + out.stderr[-2000:]
 
 
 def test_only_an_old_build_lock_is_cleared(tmp_path, monkeypatch):
