@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -10,7 +11,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoModelForCausalLM, Cache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.utils import logging as hf_logging
 
+from memrl.cluster import verbose
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.weight_sync import BucketReceiver, TensorMeta, init_group, receive_into
 
@@ -22,6 +25,20 @@ CPU_ATTENTION = "memrl_sdpa_gqa"
 """The attention the engine runs on CPU: torch's scaled_dot_product_attention with grouped-query attention done by the
 kernel. transformers' "sdpa" copies every key/value head once per query head whenever a padding mask is given (each
 decode step of a left-padded batch), so the KV cache is copied in every layer at every step."""
+
+
+@contextmanager
+def _quiet_loading():
+    """transformers' "Loading weights" progress bar off while a model loads, unless verbose(): an engine built in the
+    driver (SFT's evaluation) would print it between memrl's own progress bars."""
+    was_on = hf_logging.is_progress_bar_enabled()
+    if was_on and not verbose():
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -93,8 +110,9 @@ class TorchEngine(InferenceEngine):
         self.tempered_logprobs = bool(tempered_logprobs)
         # On GPUs transformers' sdpa picks fused kernels, which take grouped-query attention only without a mask.
         attention = CPU_ATTENTION if self.device.type == "cpu" else "sdpa"
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype],
-                                                          attn_implementation=attention)
+        with _quiet_loading():
+            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=DTYPES[dtype],
+                                                              attn_implementation=attention)
         self.model.to(self.device).eval().requires_grad_(False)
         self.vocab_size: int = self.model.config.get_text_config().vocab_size
         positions = self.model.config.get_text_config().max_position_embeddings

@@ -52,6 +52,18 @@ def reference(tiny_checkpoint):
     return reference_model(tiny_checkpoint)
 
 
+def test_loading_prints_no_progress_bar_unless_verbose(tiny_checkpoint, capfd, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.delenv("MEMRL_VERBOSE", raising=False)
+    TorchEngine(str(tiny_checkpoint))
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # restored for the caller's own loads
+    monkeypatch.setenv("MEMRL_VERBOSE", "1")
+    TorchEngine(str(tiny_checkpoint))
+    assert "Loading weights" in capfd.readouterr().err
+
+
 def test_generate_logprobs_are_raw_model_logprobs(engine, reference):
     # temperature and top_p change what is sampled, never the reported (temperature-1) logprobs
     outs = engine.generate(PROMPTS, SamplingConfig(max_tokens=16, temperature=0.7, top_p=0.9))
