@@ -39,7 +39,8 @@ def test_paper_preset_sized_for_gpus():
 def test_cpu_default_trains_across_lengths_and_scores_at_the_base_length():
     cfg = config(WARM_START)
     cfg.validate()
-    assert cfg.environment_cfg.env_config["num_docs"] == TRAIN_LENGTHS == (NUM_DOCS, 2 * NUM_DOCS, 4 * NUM_DOCS)
+    lengths = (NUM_DOCS, 2 * NUM_DOCS, 4 * NUM_DOCS, 8 * NUM_DOCS)
+    assert cfg.environment_cfg.env_config["num_docs"] == TRAIN_LENGTHS == lengths
     assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
 
 
