@@ -31,13 +31,13 @@ decode step of a left-padded batch), so the KV cache is copied in every layer at
 def _quiet_loading():
     """transformers' "Loading weights" progress bar off while a model loads, unless verbose(): an engine built in the
     driver (SFT's evaluation) would print it between memrl's own progress bars."""
-    was_on = hf_logging.is_progress_bar_enabled()
-    if was_on and not verbose():
+    quiet = hf_logging.is_progress_bar_enabled() and not verbose()
+    if quiet:
         hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        if was_on:
+        if quiet:  # undo only what was changed here
             hf_logging.enable_progress_bar()
 
 
