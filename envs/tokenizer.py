@@ -1,17 +1,34 @@
 """A checkpoint's tokenizer, loaded once per process, exactly as `AutoTokenizer.from_pretrained` loads it.
 
-Processes that only tokenize (env runners and their envs) should not pay for torch: transformers' auto classes
-import it (about 8 s of CPU per process on a small machine), while most tokenizer classes do not. So the process
-that already has transformers loaded names the class AutoTokenizer picks (`tokenizer_class_path`), and the others
-import that class directly (`load_tokenizer(path, class_path)`); without a name they fall back to AutoTokenizer.
+Finding the class AutoTokenizer picks imports transformers' auto classes, and with them torch and its modelling code
+(about 2 s of CPU per process on a small machine), while the tokenizer classes themselves need neither. So the class
+found for a local checkpoint is remembered in memrl's cache directory (`cache_dir`), keyed by everything
+AutoTokenizer reads to choose it: the checkpoint's configuration files, the names of its files and the versions of
+the tokenizer libraries. Later loads, in any process, import that class directly; a changed checkpoint or library
+is looked up anew.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
+import os
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 _LOADED: dict[str, object] = {}
+CACHE_ENV = "MEMRL_CACHE_DIR"
+"""Environment variable naming memrl's cache directory (default: $XDG_CACHE_HOME/memrl, else ~/.cache/memrl)."""
+_CLASS_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json")
+"""The small files AutoTokenizer reads to choose a class (the model type, the named tokenizer class, auto_map)."""
+
+
+def cache_dir() -> Path:
+    """memrl's cache directory (it holds only what can be found again: deleting it is safe)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memrl"
 
 
 def _key(path: str | Path) -> str:
@@ -21,26 +38,79 @@ def _key(path: str | Path) -> str:
 
 def load_tokenizer(path: str | Path, class_path: str = ""):
     """The tokenizer at `path`, shared by everything in this process that asks for the same path. `class_path`
-    ("module:Class", from `tokenizer_class_path`) is the class AutoTokenizer picks for `path`; empty: let
-    AutoTokenizer pick it here."""
+    ("module:Class", from `tokenizer_class_path`) is the class AutoTokenizer picks for `path`; empty: find it here."""
     key = _key(path)
     if key not in _LOADED:
-        if class_path:
-            module, _, name = class_path.partition(":")
-            cls = getattr(importlib.import_module(module), name, None)
-            if cls is None or not hasattr(cls, "from_pretrained"):
-                raise ValueError(f"tokenizer class {class_path!r} for {path} is not an importable tokenizer class "
-                                 "(expected 'module:Class', as tokenizer_class_path returns)")
-        else:
-            from transformers import AutoTokenizer as cls
-        _LOADED[key] = cls.from_pretrained(str(path))
+        _LOADED[key] = tokenizer_class(class_path or tokenizer_class_path(path)).from_pretrained(str(path))
     return _LOADED[key]
 
 
+def new_tokenizer(path: str | Path):
+    """The tokenizer at `path` loaded anew (not shared with the rest of the process), as AutoTokenizer loads it."""
+    return tokenizer_class(tokenizer_class_path(path)).from_pretrained(str(path))
+
+
+def tokenizer_class(class_path: str) -> type:
+    """The tokenizer class named "module:Class" (as `tokenizer_class_path` returns)."""
+    module, _, name = class_path.partition(":")
+    cls = getattr(importlib.import_module(module), name, None) if module else None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        raise ValueError(f"tokenizer class {class_path!r} is not an importable tokenizer class "
+                         "(expected 'module:Class', as tokenizer_class_path returns)")
+    return cls
+
+
 def tokenizer_class_path(path: str | Path) -> str:
-    """The class AutoTokenizer picks for the tokenizer at `path`, as "module:Class" for `load_tokenizer` (read
-    anew each call: the caller may be a long-lived driver whose checkpoints change)."""
+    """The class AutoTokenizer picks for the tokenizer at `path`, as "module:Class" for `load_tokenizer`: from the
+    cache when the checkpoint and the libraries are as they were, else found with AutoTokenizer (and remembered).
+    Errors are AutoTokenizer's (a directory it cannot read, a hub name while offline)."""
+    key = _class_key(path)
+    cache = cache_dir() / "tokenizer_classes.json"
+    known = _read_json(cache) if key else {}
+    if key in known:
+        return known[key]
     from transformers import AutoTokenizer
 
     cls = type(AutoTokenizer.from_pretrained(str(path)))
-    return f"{cls.__module__}:{cls.__qualname__}"
+    found = f"{cls.__module__}:{cls.__qualname__}"
+    if key:
+        _write_json(cache, {**_read_json(cache), key: found})
+    return found
+
+
+def _class_key(path: str | Path) -> str | None:
+    """What AutoTokenizer's choice of class depends on, hashed; None for what is not a local directory (a hub name,
+    whose files may change without notice)."""
+    local = Path(path)
+    if not local.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for dist in ("transformers", "tokenizers", "sentencepiece"):
+        try:
+            digest.update(f"{dist} {version(dist)}\n".encode())
+        except PackageNotFoundError:
+            digest.update(f"{dist} -\n".encode())
+    digest.update(json.dumps(sorted(p.name for p in local.iterdir())).encode())
+    for name in _CLASS_FILES:
+        file = local / name
+        digest.update(name.encode() + b"\0" + (file.read_bytes() if file.is_file() else b"-") + b"\0")
+    return digest.hexdigest()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: found again
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write `data` whole or not at all (a reader never sees half a file); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -124,7 +124,7 @@ def check_options(owner: Any, options: dict, where: str, skip: tuple[str, ...] =
 
 def load_tokenizer(model_path: str):
     """The checkpoint's tokenizer, or a ValueError saying what the directory lacks."""
-    from transformers import AutoTokenizer
+    from envs.tokenizer import new_tokenizer
 
     path = Path(model_path)
     if not path.is_dir():
@@ -133,7 +133,7 @@ def load_tokenizer(model_path: str):
         raise ValueError(f"learners.model_path={model_path!r} has no config.json; pass a Hugging Face checkpoint "
                          "directory (config.json, weights, tokenizer files)")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = new_tokenizer(model_path)
     except (OSError, ValueError, TypeError) as exc:
         tokenizer, reason = None, str(exc)
     else:  # transformers builds an empty tokenizer from a directory without tokenizer files

@@ -2,11 +2,14 @@
 leaves no Ray actor, placement group or Ray instance behind."""
 
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
 import ray
 
+from envs.tokenizer import tokenizer_class_path
 from memrl.algorithms import DAPOConfig, GRPOConfig, MemPOConfig, PPOConfig
 from memrl.algorithms.sft import SFTConfig
 from memrl.engines.vllm_engine import VLLMEngine, _engine_argument_names
@@ -139,3 +142,23 @@ def test_check_types_recurses_into_nested_settings(tiny_checkpoint):
     config.training_cfg.loss.kl_coef = "x"  # as a config read back from a hand-edited JSON could hold
     with pytest.raises(ValueError, match="training.kl_coef='x' is not allowed; it must be a number"):
         check_types("training", config.training_cfg)
+
+
+def test_checks_load_neither_models_nor_the_auto_classes(tiny_checkpoint, tmp_path, monkeypatch):
+    # A fresh driver, whose cache already knows the checkpoint's tokenizer class: the checks import the engine class
+    # (not the modelling code it runs) and load the tokenizer by its class, so the driver's start stays short.
+    code = f"""
+import sys
+from memrl.algorithms import GRPOConfig
+config = (GRPOConfig().environment("memrl/Echo-v0").learners(model_path={str(tiny_checkpoint)!r})
+          .env_runners(num_env_runners=1, num_envs_per_env_runner=2, engine="torch"))
+config.validate()
+config.check_components()
+print(sorted(m for m in ("transformers.modeling_utils", "transformers.models.auto.tokenization_auto")
+             if m in sys.modules))
+"""
+    monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path))
+    tokenizer_class_path(tiny_checkpoint)  # fills the cache the child reads
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -70,7 +70,7 @@ class Algorithm(Recovery, tune.Trainable):
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
         self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
-        # Resolved here, where transformers is loaded already, so the runners need not import torch to load it.
+        # Named for the runners, which may run on nodes whose cache has not seen the checkpoint: they import the class.
         self._tokenizer_class = tokenizer_class_path(self.cfg.learners_cfg.model_path)
         # Engines and runners load while the learners start: the three kinds of actor come up side by side.
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]

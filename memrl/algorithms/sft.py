@@ -111,8 +111,7 @@ class SFT(Algorithm):
         return SFTConfig()
 
     def setup(self, config: dict[str, Any]) -> None:
-        from transformers import AutoTokenizer
-
+        from envs.tokenizer import new_tokenizer
         from memrl.engines.torch_engine import TorchEngine
 
         self.cfg = SFTConfig.from_dict(config)
@@ -123,7 +122,7 @@ class SFT(Algorithm):
         env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                   self.cfg.training_cfg)
         self.seed = self.cfg.debugging_cfg.seed
-        tokenizer = AutoTokenizer.from_pretrained(learn.model_path)
+        tokenizer = new_tokenizer(learn.model_path)
         self._task = dict(env_id=env.env, env_config=env.env_config, workflow=run.workflow,
                           workflow_config=run.workflow_config, tokenizer=tokenizer, max_calls=run.max_calls_per_episode,
                           task_options=train.task_options)

@@ -56,16 +56,16 @@ def test_loading_shows_no_progress_bar_unless_verbose(tiny_checkpoint, monkeypat
     # transformers' "Loading weights" bar draws when its progress bars are on at load time; record that state there.
     from transformers.utils import logging as hf_logging
 
-    from memrl.engines import torch_engine
+    from memrl.engines import hf_model
 
     bars_during_load = []
-    real = torch_engine.AutoModelForCausalLM.from_pretrained
+    real = hf_model.AutoModelForCausalLM.from_pretrained
 
     def recording(*args, **kwargs):
         bars_during_load.append(hf_logging.is_progress_bar_enabled())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch_engine.AutoModelForCausalLM, "from_pretrained", recording)
+    monkeypatch.setattr(hf_model.AutoModelForCausalLM, "from_pretrained", recording)
     hf_logging.enable_progress_bar()
     monkeypatch.delenv("MEMRL_VERBOSE", raising=False)
     TorchEngine(str(tiny_checkpoint))
