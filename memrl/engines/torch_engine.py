@@ -44,6 +44,7 @@ class TorchEngine(InferenceEngine):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.max_batch_size = max_batch_size
         self.tempered_logprobs = bool(tempered_logprobs)
+        # Imported here, not with the module: the driver imports this class only to check its options.
         from memrl.engines import hf_model
 
         # On GPUs transformers' sdpa picks fused kernels, which take grouped-query attention only without a mask.
