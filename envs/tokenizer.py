@@ -14,12 +14,15 @@ import hashlib
 import importlib
 import json
 import os
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 _LOADED: dict[str, object] = {}
 CACHE_ENV = "MEMRL_CACHE_DIR"
 """Environment variable naming memrl's cache directory (default: $XDG_CACHE_HOME/memrl, else ~/.cache/memrl)."""
+CACHE_ENTRIES = 1000
+"""Checkpoints the tokenizer-class cache remembers; the oldest entries make way (each is found again if needed)."""
 _CLASS_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json")
 """The small files AutoTokenizer reads to choose a class (the model type, the named tokenizer class, auto_map)."""
 
@@ -66,15 +69,17 @@ def tokenizer_class_path(path: str | Path) -> str:
     Errors are AutoTokenizer's (a directory it cannot read, a hub name while offline)."""
     key = _class_key(path)
     cache = cache_dir() / "tokenizer_classes.json"
-    known = _read_json(cache) if key else {}
-    if key in known:
-        return known[key]
+    known = _read_json(cache).get(key) if key else None
+    if isinstance(known, str):
+        return known
     from transformers import AutoTokenizer
 
     cls = type(AutoTokenizer.from_pretrained(str(path)))
     found = f"{cls.__module__}:{cls.__qualname__}"
     if key:
-        _write_json(cache, {**_read_json(cache), key: found})
+        entries = {k: v for k, v in _read_json(cache).items() if k != key}
+        entries[key] = found
+        _write_json(cache, dict(list(entries.items())[-CACHE_ENTRIES:]))
     return found
 
 
@@ -109,8 +114,8 @@ def _write_json(path: Path, data: dict) -> None:
     """Write `data` whole or not at all (a reader never sees half a file); a cache that cannot be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
     except OSError:
         pass

@@ -6,6 +6,7 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
+from envs import tokenizer
 from envs.tokenizer import load_tokenizer, tokenizer_class_path
 
 TEXTS = ["Alice was born in 1987 and 2024.", "<|im_start|>user\nx=3.14159<|im_end|>", "naïve café 北京 12 345"]
@@ -95,3 +96,13 @@ def test_an_unreadable_cache_is_found_again(tiny_checkpoint, tmp_path, monkeypat
     assert tokenizer_class_path(tiny_checkpoint) == auto_class_path(tiny_checkpoint)
     assert list(json.loads((tmp_path / "tokenizer_classes.json").read_text()).values()) == [
         auto_class_path(tiny_checkpoint)]
+
+
+def test_the_cache_keeps_the_newest_entries(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tokenizer, "CACHE_ENTRIES", 3)
+    old = {f"old{i}": "json:dumps" for i in range(5)}
+    (tmp_path / "tokenizer_classes.json").write_text(json.dumps(old))
+    found = tokenizer_class_path(tiny_checkpoint)
+    assert list(json.loads((tmp_path / "tokenizer_classes.json").read_text()).values()) == [
+        "json:dumps", "json:dumps", found]
