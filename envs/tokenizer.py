@@ -44,13 +44,14 @@ def load_tokenizer(path: str | Path, class_path: str = ""):
     ("module:Class", from `tokenizer_class_path`) is the class AutoTokenizer picks for `path`; empty: find it here."""
     key = _key(path)
     if key not in _LOADED:
-        _LOADED[key] = tokenizer_class(class_path or tokenizer_class_path(path)).from_pretrained(str(path))
+        _LOADED[key] = new_tokenizer(path, class_path)
     return _LOADED[key]
 
 
-def new_tokenizer(path: str | Path):
-    """The tokenizer at `path` loaded anew (not shared with the rest of the process), as AutoTokenizer loads it."""
-    return tokenizer_class(tokenizer_class_path(path)).from_pretrained(str(path))
+def new_tokenizer(path: str | Path, class_path: str = ""):
+    """The tokenizer at `path` loaded anew (not shared with the rest of the process), as AutoTokenizer loads it;
+    `class_path` as for `load_tokenizer`."""
+    return tokenizer_class(class_path or tokenizer_class_path(path)).from_pretrained(str(path))
 
 
 def tokenizer_class(class_path: str) -> type:
@@ -76,7 +77,7 @@ def tokenizer_class_path(path: str | Path) -> str:
 
     cls = type(AutoTokenizer.from_pretrained(str(path)))
     found = f"{cls.__module__}:{cls.__qualname__}"
-    if key:
+    if key:  # read again: another process may have added entries while AutoTokenizer loaded
         entries = {k: v for k, v in _read_json(cache).items() if k != key}
         entries[key] = found
         _write_json(cache, dict(list(entries.items())[-CACHE_ENTRIES:]))
