@@ -219,15 +219,3 @@ def make_task(seed: int, config: MultiHopConfig | None = None) -> QATask:
         documents.append(f"Document {first + i}: " + " ".join(facts))
     return QATask(question=question, documents=tuple(documents), answers=(answer,), gold_facts=tuple(gold))
 
-
-def corpus(n: int, seed: int = 0) -> Iterator[str]:
-    """`n` tasks' worth of representative text (documents, question, boxed answer) for tokenizer training.
-
-    Cycles through short and long names and both chains so every name and relation appears.
-    """
-    variants = [MultiHopConfig(name_length=nl, chain=c) for nl in ("short", "long") for c in ("born", "founded")]
-    for i in range(n):
-        task = make_task(seed + i, variants[i % len(variants)])
-        yield from task.documents
-        yield task.question
-        yield f"\\boxed{{{task.answers[0]}}}"

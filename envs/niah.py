@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from envs.loaders import QATask
@@ -113,11 +112,3 @@ def make_task(seed: int, config: NiahConfig | None = None) -> QATask:
     question = f"What is the special magic {config.value_kind[:-1]} for {key} mentioned in the provided text?"
     return QATask(question=question, documents=tuple(haystack), answers=(value,), gold_facts=(needle,))
 
-
-def corpus(n: int, seed: int = 0) -> Iterator[str]:
-    """`n` tasks' worth of representative text (haystack, needle, question, boxed answer), all three levels."""
-    for i in range(n):
-        task = make_task(seed + i, NiahConfig(level=1 + i % 3, num_docs=3))
-        yield from task.documents
-        yield task.question
-        yield f"\\boxed{{{task.answers[0]}}}"

@@ -1,5 +1,5 @@
 """The embedded default model: a tiny Qwen2-architecture causal LM with a locally trained tokenizer
-(`default_model()` builds the one the tuned examples start from).
+(`default_model()` builds the one the tuned examples start from, with the tokenizer kept in tiny_tokenizer.json).
 
 Built deterministically from a seed and saved as a normal Hugging Face checkpoint, so
 transformers, vLLM and DeepSpeed load it like any other Qwen2 model. Embeddings are untied:
@@ -8,6 +8,7 @@ vLLM's in-place weight reload breaks a tie.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,12 +133,15 @@ def build_model(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig) -> 
 
 
 def build_tiny_checkpoint(
-    path: str | Path, config: TinyModelConfig | None = None, corpus: Iterable[str] | None = None
+    path: str | Path, config: TinyModelConfig | None = None, corpus: Iterable[str] | None = None,
+    tokenizer: PreTrainedTokenizerFast | None = None,
 ) -> Path:
-    """Write tokenizer + freshly initialised model to `path` as a Hugging Face checkpoint."""
+    """Write tokenizer + freshly initialised model to `path` as a Hugging Face checkpoint. The tokenizer is
+    `tokenizer` when given, else one trained on `corpus` (default: `default_corpus()`)."""
     config = config or TinyModelConfig()
     path = Path(path)
-    tokenizer = build_tokenizer(default_corpus() if corpus is None else corpus, config.vocab_size)
+    if tokenizer is None:
+        tokenizer = build_tokenizer(default_corpus() if corpus is None else corpus, config.vocab_size)
     model = build_model(tokenizer, config)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(path)
@@ -149,20 +153,30 @@ DEFAULT_VOCAB_SIZE = 1536
 """Vocabulary of the default model: room for every env's entity names and the templates as single tokens."""
 
 
-def default_model_corpus() -> list[str]:
-    """Text the default model's tokenizer is trained on: generic text, every shipped env's tasks and the MemAgent
-    prompt templates, so that entity names and template words are single tokens."""
-    import envs
-    from memrl.workflows import memagent
+DEFAULT_TOKENIZER = Path(__file__).with_name("tiny_tokenizer.json")
+"""The default model's tokenizer, every shipped checkpoint's too. build_tokenizer trained it on generic text, the
+multihop and NIAH tasks and the MemAgent templates, so entity names and template words are single tokens. It is kept
+as a file because retraining renumbers tokens whenever that text changes (a template's wording is enough), and a
+checkpoint trained with one numbering reads nonsense through another."""
 
-    templates = [memagent.MEMORY_TEMPLATE, memagent.ANSWER_TEMPLATE, memagent.FULL_CONTEXT_TEMPLATE]
-    return [*default_corpus(), *envs.tokenizer_corpus(), *templates * 200]
+
+def default_tokenizer() -> PreTrainedTokenizerFast:
+    """The tokenizer of DEFAULT_TOKENIZER with ChatML's special tokens and template."""
+    return PreTrainedTokenizerFast(tokenizer_file=str(DEFAULT_TOKENIZER), eos_token=IM_END, pad_token=PAD_TOKEN,
+                                   chat_template=CHAT_TEMPLATE)
+
+
+def _vocabulary(tokenizer_file: Path) -> dict:
+    """The BPE model (vocabulary and merges) of a tokenizer.json."""
+    return json.loads(tokenizer_file.read_text())["model"]
 
 
 def default_model(path: str | Path = "runs/tiny-model") -> str:
-    """The default model (random weights, the tokenizer of `default_model_corpus`) at `path`, built there the first
-    time; the shipped warm-starts were trained from it."""
+    """The default model (random weights from the seed, DEFAULT_TOKENIZER) at `path`, built there the first time, and
+    again if the tokenizer found there is another; the shipped warm-starts were trained from it."""
     path = Path(path)
-    if not (path / "config.json").is_file():
-        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=DEFAULT_VOCAB_SIZE), corpus=default_model_corpus())
+    tokenizer_file = path / "tokenizer.json"
+    if not ((path / "config.json").is_file() and tokenizer_file.is_file()
+            and _vocabulary(tokenizer_file) == _vocabulary(DEFAULT_TOKENIZER)):
+        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=DEFAULT_VOCAB_SIZE), tokenizer=default_tokenizer())
     return str(path)

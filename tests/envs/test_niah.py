@@ -3,7 +3,7 @@ import uuid
 
 import pytest
 
-from envs.niah import REPEAT_HAYSTACK, NiahConfig, corpus, make_task
+from envs.niah import REPEAT_HAYSTACK, NiahConfig, make_task
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
@@ -61,5 +61,3 @@ def test_bad_config_and_bounds():
     for level in (1, 2, 3):
         config = NiahConfig(level=level, num_docs=30)
         assert max(len(make_task(s, config).context) for s in range(10)) <= config.max_context_chars()
-    lines = list(corpus(6))
-    assert sum("special magic" in line and "\\boxed" not in line for line in lines) == 12  # needle + question each

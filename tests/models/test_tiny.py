@@ -1,11 +1,24 @@
-"""The embedded model's tokenizer fits the envs: every multihop entity name is one token."""
+"""The embedded model's tokenizer fits the envs and is the one every shipped checkpoint was trained with."""
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
 
 from envs import multihop
-from memrl.models.tiny import DEFAULT_VOCAB_SIZE, build_tokenizer, default_model_corpus
+from memrl.models.tiny import DEFAULT_TOKENIZER, build_tokenizer, default_corpus, default_model, default_tokenizer
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "tuned_examples" / "checkpoints"
+SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "tokenizer.json").is_file())
+
+
+def vocabulary(tokenizer_file: Path) -> dict:
+    return json.loads(Path(tokenizer_file).read_text())["model"]
 
 
 def test_multihop_names_are_single_tokens():
-    tok = build_tokenizer(default_model_corpus(), vocab_size=DEFAULT_VOCAB_SIZE)
+    tok = default_tokenizer()
     names = set()
     for seed in range(100):
         for doc in multihop.make_task(seed).documents:
@@ -13,3 +26,20 @@ def test_multihop_names_are_single_tokens():
     assert len(names) > 50
     multi = [n for n in names if len(tok(" " + n, add_special_tokens=False)["input_ids"]) != 1]
     assert multi == []
+
+
+@pytest.mark.parametrize("checkpoint", SHIPPED)
+def test_shipped_checkpoints_use_the_default_tokenizer(checkpoint):
+    assert vocabulary(CHECKPOINTS / checkpoint / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+
+
+def test_default_model_is_rebuilt_when_its_tokenizer_is_another(tmp_path):
+    path = Path(default_model(tmp_path / "tiny"))
+    assert vocabulary(path / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+    weights = load_file(path / "model.safetensors")
+    build_tokenizer(default_corpus(), vocab_size=1536).save_pretrained(path)  # a tokenizer trained on other text
+    assert vocabulary(path / "tokenizer.json") != vocabulary(DEFAULT_TOKENIZER)
+    default_model(path)
+    assert vocabulary(path / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+    rebuilt = load_file(path / "model.safetensors")
+    assert all((rebuilt[k] == v).all() for k, v in weights.items())
