@@ -22,6 +22,10 @@ TASKS = ("multihop", "niah", "file")
 """Task sources: the two-hop fact generator, RULER NIAH, or rows of a local data file."""
 NO_MEMORY = "No relevant information."
 """The scripted expert's memory before it has read any relevant fact."""
+EVIDENCE_LEAD = "Evidence:"
+"""What the full-context expert writes before the sentences it quotes. A reply's first word is tokenized without the
+space it has in the document (" Resis" becomes "R", "es", "is"), so a quote that opened the reply would have to be
+spelled out rather than copied; after the lead-in every quoted token is the document's own."""
 
 
 class TokenCounter:
@@ -325,14 +329,14 @@ class ChunkStreamEnv(gym.Env):
         joined by " ", or NO_MEMORY before the first. Multi-hop depths keep hop 1 before hop 2, so every gold
         fact is recognisably relevant when it is read. Answer phase: \\boxed{first gold answer}; with
         stream=False (the full-context reader) the gold facts, where the task labels them, come first, quoted as
-        evidence, as a reasoning model does before it answers from a whole document.
+        evidence after EVIDENCE_LEAD, as a reasoning model does before it answers from a whole document.
         """
         if self.task is None or self._done:
             raise RuntimeError("ChunkStreamEnv.expert_action needs a running episode; call reset() first")
         if self.phase == "answer":
             boxed = f"\\boxed{{{self.task.answers[0]}}}"
             evidence = "" if self.stream else self._facts_read(len(self.task.context))
-            return f"{evidence} {boxed}" if evidence else boxed
+            return f"{EVIDENCE_LEAD} {evidence} {boxed}" if evidence else boxed
         if not self.task.gold_facts:
             raise RuntimeError(
                 f"ChunkStreamEnv task={self.task_name!r} has no gold-fact labels, so there is no scripted memory; "

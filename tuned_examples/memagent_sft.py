@@ -23,16 +23,19 @@ from tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
 STEPS = {"memagent": 900, "full_context": 940}
 """Optimizer steps of each full build. The baseline is compared with the RL policy, so it gets at least the
 warm-start's steps plus the main job's (one per DAPO iteration): 940 x 64 rows against 900 x 64 calls and
-CPU_ITERATIONS x 64 trajectories. Starting the baseline from the MemAgent warm-start instead did not help: 470 steps
-from it, the rate decaying linearly to 0, reached 0.31 at 10 documents against 0.36 for this build, with the same
-held-out NLL (0.32); its misses are the first lookup (the employer of the question's person, among ten documents).
-Nor did a rate decaying linearly to 0 over this build's 940 steps: it lowered the held-out NLL to 0.24 (from 0.33)
-but not the accuracy, 0.300 [0.241, 0.367] on 200 questions. Nor did twice the budget: 940 more steps from this build
-(`build(..., model=<this checkpoint>)`) reached 0.390 [0.325, 0.459] against 0.360, with a training NLL of 0.065 against
-0.20 held out. Greedy, this build quotes the right facts for 40 of 40 questions at 2 documents, 33 at 4, 23 at 6 and 11
-at 10: its one-pass lookup blurs as the documents it chooses among grow. A rate of 3e-3 instead of 1e-3 reached the same
-0.305 after 450 steps, and so did a model of 3.3x the parameters (TinyModelConfig with hidden_size 256, 8 heads, 4
-key/value heads, intermediate_size 768, the same tokenizer): 0.330 [0.269, 0.398] after 450 steps."""
+CPU_ITERATIONS x 64 trajectories.
+
+What moved the baseline was the form of its expert reply: quoting the facts after a lead-in (envs.chunk_stream.
+EVIDENCE_LEAD), so that the quoted names keep their document tokens, took it from 0.383 [0.353, 0.414] to 0.456
+[0.425, 0.487] on 1000 questions (+0.073 [+0.038, +0.108] paired) and its held-out NLL from 0.33 to 0.16, at the same
+steps. Greedy, it quotes the right facts for 40 of 40 questions at 2 documents, 37 at 4, 30 at 6 and 14 at 10 (before:
+40, 33, 23, 11): its one-pass lookup still blurs as the documents it chooses among grow. Answering without quoting did
+worse (0.255 against 0.46 after 450 steps, 200 questions). With the old quoting, these did not help either: starting
+from the MemAgent warm-start (0.31 after 470 steps), a rate decaying linearly to 0 (0.300 [0.241, 0.367]), twice the
+steps (0.390 [0.325, 0.459] against 0.360 on the same 200 questions), a rate of 3e-3 (0.305 after 450 steps, as at
+1e-3) or a model of 3.3x the parameters (TinyModelConfig hidden_size 256, 8 heads, 4 key/value heads,
+intermediate_size 768: 0.330 [0.269, 0.398] after 450 steps). Greedy accuracy on 200 questions swings by up to 0.1
+between evaluations 40 steps apart, so sft_summary.json's last point is a noisy reading of the build."""
 TRAIN_TASKS = {"memagent": 4000, "full_context": 40000}
 """Expert episodes of each build: MemAgent's 4000 give about 40000 calls (one per chunk, and the answer); the
 baseline's give one call each, so it gets ten times the questions to see as many training rows."""

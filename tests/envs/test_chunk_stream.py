@@ -190,9 +190,32 @@ def test_full_context_mode():
     # The full-context reader quotes its evidence (the gold facts, in reading order) before the boxed answer.
     hop1, hop2 = env.task.gold_facts
     assert env.task.context.index(hop1) < env.task.context.index(hop2)
-    assert env.expert_action() == f"{hop1} {hop2} \\boxed{{{env.task.answers[0]}}}"
+    assert env.expert_action() == f"Evidence: {hop1} {hop2} \\boxed{{{env.task.answers[0]}}}"
     _, reward, terminated, _, info = env.step(f"I think \\boxed{{The {env.task.answers[0].upper()}}}.")
     assert (reward, terminated, info["metrics"]["em"]) == (1.0, True, 1.0)
+
+
+def test_full_context_expert_quotes_the_documents_own_tokens(tokenizer_path):
+    # Quoting is copying only if each quoted fact has the tokens it has in the document; a fact opening the reply
+    # would be tokenized without its leading space.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    env = ChunkStreamEnv(stream=False, num_docs=10)
+
+    def ids(text):
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    def contains(seq, run):
+        return any(seq[i:i + len(run)] == run for i in range(len(seq) - len(run) + 1))
+
+    for seed in range(5):
+        env.reset(seed=seed)
+        reply, document = ids(env.expert_action()), ids(env.task.context)
+        for fact in env.task.gold_facts:
+            assert contains(document, ids(" " + fact)) and contains(reply, ids(" " + fact))
+        first = env.task.gold_facts[0]
+        assert ids(first)[0] != ids(" " + first)[0]  # opening the reply, it would have been spelled differently
 
 
 def play_to_answer(env, seed):
