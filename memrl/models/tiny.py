@@ -149,10 +149,6 @@ def build_tiny_checkpoint(
     return path
 
 
-DEFAULT_VOCAB_SIZE = 1536
-"""Vocabulary of the default model: room for every env's entity names and the templates as single tokens."""
-
-
 DEFAULT_TOKENIZER = Path(__file__).with_name("tiny_tokenizer.json")
 """The default model's tokenizer, every shipped checkpoint's too. build_tokenizer trained it on generic text, the
 multihop and NIAH tasks and the MemAgent templates, so entity names and template words are single tokens. It is kept
@@ -166,9 +162,9 @@ def default_tokenizer() -> PreTrainedTokenizerFast:
                                    chat_template=CHAT_TEMPLATE)
 
 
-def _vocabulary(tokenizer_file: Path) -> dict:
+def bpe_model(tokenizer_file: str | Path) -> dict:
     """The BPE model (vocabulary and merges) of a tokenizer.json."""
-    return json.loads(tokenizer_file.read_text())["model"]
+    return json.loads(Path(tokenizer_file).read_text())["model"]
 
 
 def default_model(path: str | Path = "runs/tiny-model") -> str:
@@ -177,6 +173,6 @@ def default_model(path: str | Path = "runs/tiny-model") -> str:
     path = Path(path)
     tokenizer_file = path / "tokenizer.json"
     if not ((path / "config.json").is_file() and tokenizer_file.is_file()
-            and _vocabulary(tokenizer_file) == _vocabulary(DEFAULT_TOKENIZER)):
-        build_tiny_checkpoint(path, TinyModelConfig(vocab_size=DEFAULT_VOCAB_SIZE), tokenizer=default_tokenizer())
+            and bpe_model(tokenizer_file) == bpe_model(DEFAULT_TOKENIZER)):
+        build_tiny_checkpoint(path, tokenizer=default_tokenizer())
     return str(path)

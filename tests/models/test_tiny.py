@@ -1,20 +1,22 @@
 """The embedded model's tokenizer fits the envs and is the one every shipped checkpoint was trained with."""
 
-import json
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from envs import multihop
-from memrl.models.tiny import DEFAULT_TOKENIZER, build_tokenizer, default_corpus, default_model, default_tokenizer
+from memrl.models.tiny import (
+    DEFAULT_TOKENIZER,
+    bpe_model,
+    build_tokenizer,
+    default_corpus,
+    default_model,
+    default_tokenizer,
+)
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "tuned_examples" / "checkpoints"
 SHIPPED = sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "tokenizer.json").is_file())
-
-
-def vocabulary(tokenizer_file: Path) -> dict:
-    return json.loads(Path(tokenizer_file).read_text())["model"]
 
 
 def test_multihop_names_are_single_tokens():
@@ -30,16 +32,17 @@ def test_multihop_names_are_single_tokens():
 
 @pytest.mark.parametrize("checkpoint", SHIPPED)
 def test_shipped_checkpoints_use_the_default_tokenizer(checkpoint):
-    assert vocabulary(CHECKPOINTS / checkpoint / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+    assert bpe_model(CHECKPOINTS / checkpoint / "tokenizer.json") == bpe_model(DEFAULT_TOKENIZER)
 
 
 def test_default_model_is_rebuilt_when_its_tokenizer_is_another(tmp_path):
     path = Path(default_model(tmp_path / "tiny"))
-    assert vocabulary(path / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+    assert bpe_model(path / "tokenizer.json") == bpe_model(DEFAULT_TOKENIZER)
     weights = load_file(path / "model.safetensors")
-    build_tokenizer(default_corpus(), vocab_size=1536).save_pretrained(path)  # a tokenizer trained on other text
-    assert vocabulary(path / "tokenizer.json") != vocabulary(DEFAULT_TOKENIZER)
+    other = build_tokenizer(default_corpus(), vocab_size=len(default_tokenizer()))  # trained on other text
+    other.save_pretrained(path)
+    assert bpe_model(path / "tokenizer.json") != bpe_model(DEFAULT_TOKENIZER)
     default_model(path)
-    assert vocabulary(path / "tokenizer.json") == vocabulary(DEFAULT_TOKENIZER)
+    assert bpe_model(path / "tokenizer.json") == bpe_model(DEFAULT_TOKENIZER)
     rebuilt = load_file(path / "model.safetensors")
     assert all((rebuilt[k] == v).all() for k, v in weights.items())
