@@ -133,15 +133,14 @@ def build_model(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig) -> 
 
 
 def build_tiny_checkpoint(
-    path: str | Path, config: TinyModelConfig | None = None, corpus: Iterable[str] | None = None,
-    tokenizer: PreTrainedTokenizerFast | None = None,
+    path: str | Path, config: TinyModelConfig | None = None, tokenizer: PreTrainedTokenizerFast | None = None
 ) -> Path:
     """Write tokenizer + freshly initialised model to `path` as a Hugging Face checkpoint. The tokenizer is
-    `tokenizer` when given, else one trained on `corpus` (default: `default_corpus()`)."""
+    `tokenizer` when given, else one trained on `default_corpus()`."""
     config = config or TinyModelConfig()
     path = Path(path)
     if tokenizer is None:
-        tokenizer = build_tokenizer(default_corpus() if corpus is None else corpus, config.vocab_size)
+        tokenizer = build_tokenizer(default_corpus(), config.vocab_size)
     model = build_model(tokenizer, config)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(path)
