@@ -202,7 +202,8 @@ def make_task(seed: int, config: MultiHopConfig | None = None) -> QATask:
     n, k = config.num_docs_of(seed), config.facts_per_doc
     depths = config.gold_positions
     if depths is None:
-        depths = tuple(sorted(random.Random(f"multihop-positions-{seed}").random() for _ in range(2)))
+        depth_rng = random.Random(f"multihop-positions-{seed}")  # one generator, two draws
+        depths = tuple(sorted(depth_rng.random() for _ in range(2)))
     i1, i2 = (min(int(d * n), n - 1) for d in depths)
     if i2 <= i1:  # both depths fell on one document: keep them adjacent, hop 1 first
         i1, i2 = (i1, i1 + 1) if i1 + 1 < n else (n - 2, n - 1)

@@ -109,6 +109,17 @@ def test_gold_positions_knob():
     assert len(depths) > 20
 
 
+def test_drawn_gold_depths_are_independent():
+    # Two independent uniform depths lie a third of the context apart on average; a task whose gold facts always
+    # sit side by side would let a reader answer from one chunk without carrying anything in memory.
+    pairs = [gold_doc_indices(make_task(s, MultiHopConfig(num_docs=10))) for s in range(400)]
+    gaps = [i2 - i1 for i1, i2 in pairs]
+    assert all(g >= 1 for g in gaps)
+    assert 2.5 < sum(gaps) / len(gaps) < 4.2
+    assert 0.18 < sum(g == 1 for g in gaps) / len(gaps) < 0.38  # 0.28 expected: same or neighbouring tenth
+    assert max(gaps) == 9
+
+
 def test_bad_config_is_named():
     with pytest.raises(ValueError, match="num_docs must be an int >= 2"):
         MultiHopConfig(num_docs=1)

@@ -45,9 +45,12 @@ def test_cpu_default_trains_across_lengths_and_scores_at_the_base_length():
 
 
 def test_the_baseline_build_gets_the_rl_policys_budget():
-    # At least the warm-start's optimizer steps plus one per DAPO iteration, over as many rows as MemAgent's calls.
-    assert memagent_sft.STEPS["full_context"] >= memagent_sft.STEPS["memagent"] + CPU_ITERATIONS
-    assert memagent_sft.TRAIN_TASKS["full_context"] == 10 * memagent_sft.TRAIN_TASKS["memagent"]
+    # The same schedule, at least the warm-start's optimizer steps plus one per DAPO iteration, and at least as many
+    # expert calls to learn from as MemAgent's (one per question, against about ten).
+    agent, base = memagent_sft.STAGES["memagent"], memagent_sft.STAGES["full_context"]
+    assert [s.lr_schedule for s in base] == [s.lr_schedule for s in agent]
+    assert sum(s.steps for s in base) >= sum(s.steps for s in agent) + CPU_ITERATIONS
+    assert all(b.num_train_tasks >= 5 * a.num_train_tasks for a, b in zip(agent, base))
 
 
 def test_cpu_task_rejects_unknown_workflows():
@@ -82,15 +85,24 @@ def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
 
 
 @pytest.mark.slow
-def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
+def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_path):
+    stages = (memagent_sft.Stage(2, 4), memagent_sft.Stage(2, 4, "linear"))
     for workflow in ("memagent", "full_context"):
-        summary = memagent_sft.build(workflow, tmp_path / workflow, steps=2, num_train_tasks=4, num_eval_tasks=4,
-                                     model=tiny_checkpoint)
+        out = tmp_path / workflow
+        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=4, stages=stages, init=tiny_checkpoint,
+                                         stage_dir=tmp_path / "stages")
         assert summary["config"]["env_runners"]["workflow"] == workflow
         assert [m["step"] for m in summary["curve"]] == [0, 2]
-        assert summary["final"]["eval_nll"] < summary["initial"]["eval_nll"]
-        assert (tmp_path / workflow / SUMMARY_FILE).is_file()
-        assert AutoModelForCausalLM.from_pretrained(tmp_path / workflow) is not None
+        # The second stage starts from the first one's weights, with its own seed and a decaying rate.
+        (first,) = summary["earlier_stages"]
+        assert summary["initial"]["eval_nll"] < first["initial"]["eval_nll"]
+        assert summary["config"]["learners"]["model_path"] == str((tmp_path / "stages" / f"{workflow}_stage1"))
+        assert (summary["config"]["debugging"]["seed"], first["config"]["debugging"]["seed"]) == (1, 0)
+        assert summary["config"]["training"]["lr_schedule"] == "linear"
+        assert summary["final"]["eval_nll"] < first["initial"]["eval_nll"]
+        assert (out / SUMMARY_FILE).is_file()
+        assert AutoModelForCausalLM.from_pretrained(out) is not None
+        assert re.fullmatch(r"SFT 2\+2 steps x 64 rows, lr constant\+linear, \d+ min", training_budget(out))
         # Both are evaluated at the base length; the baseline trains on 2 to 10 documents.
         assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
         lengths = summary["config"]["environment"]["env_config"]["num_docs"]
