@@ -22,6 +22,7 @@ from memrl.algorithms.sft import SFTConfig
 from tuned_examples.common import RUNS, default_model
 from tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
 
+
 @dataclass(frozen=True)
 class Stage:
     """One SFT run of a warm-start build (64 expert calls per optimizer step, lr 1e-3 at its peak)."""
@@ -44,19 +45,20 @@ rows come in another order). The baseline is compared with the RL policy, so it 
 the warm-start's steps plus the main job's (one per DAPO iteration).
 
 MemAgent's warm-start has to carry the first fact in memory across the chunks between the two gold documents and
-copy names exactly; at a constant 1e-3 it reached 0.170 [0.124, 0.228] at 10 documents after 900 steps (held-out NLL
-0.050, per-call exact match 0.84), and the second stage, the rate decaying to 0 over twice the episodes, took it to
-0.840 [0.783, 0.884] (NLL 0.014, calls 0.97; 200 questions). Its remaining failures are copying errors: the first
+copy names exactly; at a constant 1e-3 it reached 0.370 [0.306, 0.439] at 10 documents after 900 steps (held-out NLL
+0.043, per-call exact match 0.88), and the second stage, the rate decaying to 0 over twice the episodes, took it to
+0.850 [0.794, 0.893] (NLL 0.013, calls 0.97; 200 questions). Its remaining failures are copying errors: the first
 fact with a wrong name, or a name of a fact already held changed while rewriting the memory.
 
-The baseline's one-pass lookup blurs as the documents it chooses among grow: greedy, it quotes the right facts for
-most questions at 2 documents and about a third at 10. What moved it was the form of its expert reply: quoting the
-facts after a lead-in (envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names keep their document tokens (0.383 ->
-0.456 on 1000 questions of the earlier task, where the two gold documents were neighbours). Answering without quoting
-did worse (0.255 against 0.46 after 450 steps), and neither starting from the MemAgent warm-start nor a rate of 3e-3
-nor a model of 3.3x the parameters (TinyModelConfig hidden_size 256, 8 heads, 4 key/value heads, intermediate_size
-768) helped. Greedy accuracy on 200 questions swings by up to 0.1 between evaluations 40 steps apart, so
-sft_summary.json's last point is a noisy reading of the build."""
+The baseline reached 0.270 [0.213, 0.335] after its first stage and 0.325 [0.264, 0.393] after the second (held-out
+NLL 0.178 -> 0.103). Its one-pass lookup blurs as the documents it chooses among grow: greedy, it quotes the right
+facts for most questions at 2 documents and about a third at 10. What moved it was the form of its expert reply:
+quoting the facts after a lead-in (envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names keep their document
+tokens (0.383 -> 0.456 on 1000 questions of the earlier task, where the two gold documents were neighbours).
+Answering without quoting did worse (0.255 against 0.46 after 450 steps), and neither starting from the MemAgent
+warm-start nor a rate of 3e-3 nor a model of 3.3x the parameters (TinyModelConfig hidden_size 256, 8 heads, 4
+key/value heads, intermediate_size 768) helped. Greedy accuracy on 200 questions swings by up to 0.1 between
+evaluations 40 steps apart, so sft_summary.json's last point is a noisy reading of the build."""
 
 TRAIN_LENGTHS = {"memagent": NUM_DOCS, "full_context": (2, 4, 6, 8, NUM_DOCS)}
 """Documents per question in each build's training episodes (a tuple draws one length per question); both are
