@@ -1,8 +1,8 @@
 """The learner and the torch engine on CUDA: a bf16 ZeRO-3 learner that scores, trains and saves like the CPU one,
-an engine whose sampled logprobs the learner reproduces, and weights broadcast to an engine over NCCL that then
-samples what the learner scores.
+an engine whose sampled logprobs the learner reproduces, and weights broadcast to an engine (over gloo to one sharing
+the learner's GPU, over NCCL to one on a second GPU) that then samples what the learner scores.
 
-Skipped where torch sees no CUDA device (CI), the NCCL test where it sees fewer than two (NCCL refuses two ranks on
+Skipped where torch sees no CUDA device (CI), the NCCL case where it sees fewer than two (NCCL refuses two ranks on
 one GPU). On a GPU machine: `make gpu-test`.
 """
 
@@ -109,12 +109,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _engine_receives(model_path, port, metas, queue) -> None:
-    """Rank 1 of the weight-sync group, on GPU 1 in its own process: receive, then report the weights' sums and
-    what the engine samples under them (tokens and logprobs)."""
-    torch.cuda.set_device(1)
-    engine = TorchEngine(model_path, dtype="bfloat16", device="cuda:1")
-    engine.init_weight_sync(LOOPBACK, port, 1, 2, "nccl")
+def _engine_receives(model_path, port, metas, queue, backend: str, gpu: int) -> None:
+    """Rank 1 of the weight-sync group, on the given GPU in its own process: receive, then report the weights' sums
+    and what the engine samples under them (tokens and logprobs)."""
+    torch.cuda.set_device(gpu)
+    engine = TorchEngine(model_path, dtype="bfloat16", device=f"cuda:{gpu}")
+    engine.init_weight_sync(LOOPBACK, port, 1, 2, backend)
     engine.receive_weights(metas, version=7, bucket_bytes=1 << 16)
     params = dict(engine.model.named_parameters())
     outputs = engine.generate(PROMPTS, SamplingConfig(max_tokens=12, temperature=1.0))
@@ -122,16 +122,22 @@ def _engine_receives(model_path, port, metas, queue) -> None:
                [(o.token_ids, o.logprobs) for o in outputs]))
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per rank: the learner's and the engine's")
-def test_weights_reach_an_engine_over_nccl_and_it_samples_what_the_learner_scores(learner, tiny_checkpoint):
+@pytest.mark.parametrize("backend", [
+    # Ranks sharing one GPU: gloo, through host memory.
+    "gloo",
+    pytest.param("nccl", marks=pytest.mark.skipif(torch.cuda.device_count() < 2,
+                                                  reason="NCCL needs a GPU per rank: the learner's and the engine's")),
+])
+def test_weights_reach_an_engine_and_it_samples_what_the_learner_scores(learner, tiny_checkpoint, backend):
     metas = learner.weight_metas()
     port = _free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_engine_receives, args=(str(tiny_checkpoint), port, metas, queue))
+    proc = ctx.Process(target=_engine_receives, args=(str(tiny_checkpoint), port, metas, queue, backend,
+                                                          0 if backend == "gloo" else 1))
     proc.start()
     try:
-        learner.init_weight_sync(LOOPBACK, port, 2, "nccl")
+        learner.init_weight_sync(LOOPBACK, port, 2, backend)
         sent = learner.broadcast_weights(version=7, bucket_bytes=1 << 16)
         version, sums, samples = queue.get(timeout=300)
     finally:
