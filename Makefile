@@ -27,9 +27,11 @@ $(GPU_VENV)/.installed: pyproject.toml
 	$(GPU_VENV)/bin/pip install -q -e '.[gpu,dev]'
 	touch $@
 
+# A collective blocked in NCCL or gloo never returns to Python, so the timeout's signal would never be handled: the
+# thread method prints every thread's stack and ends the run instead.
 .PHONY: gpu-test
 gpu-test: $(GPU_VENV)/.installed
-	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu
+	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu --timeout-method=thread
 
 # TRL in an environment of its own, for benchmarks/vs_trl.py only (not a dependency of memrl).
 TRL_VENV ?= .venv-trl
