@@ -34,10 +34,11 @@ TRAINED = RUNS / "memagent_dapo" / "model"
 """Where tuned_examples/memagent_dapo.py writes the trained policy."""
 
 
-def policies(trained: Path | None) -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, workflow) of each policy to measure; the trained one only when given."""
+def policies(trained: Path | None, warm_start: Path = WARM_START) -> list[tuple[str, Path, str]]:
+    """(name, checkpoint, workflow) of each policy to measure; the trained one only when given. `warm_start` is the
+    MemAgent policy the trained one started from (the shipped one by default)."""
     rows = [("RL-MemAgent", trained, "memagent")] if trained is not None else []
-    return rows + [(WARM_START_NAME, WARM_START, "memagent"), ("full-context baseline", BASELINE, "full_context")]
+    return rows + [(WARM_START_NAME, warm_start, "memagent"), ("full-context baseline", BASELINE, "full_context")]
 
 
 def document_tokens(env_config: dict, num_tasks: int, seed: int) -> float:
@@ -131,6 +132,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=Path, help=f"trained MemAgent checkpoint (default: {TRAINED} when it exists)")
+    p.add_argument("--warm-start", type=Path, default=WARM_START,
+                   help="the MemAgent checkpoint the trained policy started from, which the others are paired with "
+                        "(default: the shipped warm-start)")
     p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
                    help="document lengths as multiples of the training length")
     p.add_argument("--num-tasks", type=int, default=200, help="held-out questions per length")
@@ -141,7 +145,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
     init_ray(0)
-    measured = policies(trained)
+    if not (args.warm_start / "config.json").is_file():
+        p.error(f"--warm-start {args.warm_start} is not a Hugging Face checkpoint (no config.json)")
+    measured = policies(trained, args.warm_start)
     rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine)
     budgets = budget_table([(name, path) for name, path, _ in measured])
     args.out.mkdir(parents=True, exist_ok=True)

@@ -108,6 +108,17 @@ def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_
         assert lengths == ((2, 4, 6, 8, NUM_DOCS) if workflow == "full_context" else NUM_DOCS)
 
 
+def test_length_evaluation_pairs_with_the_given_warm_start(tmp_path, capsys):
+    names = memagent_eval.policies(tmp_path / "rl", warm_start=tmp_path / "ws")
+    assert [(n, p) for n, p, _ in names][:2] == [("RL-MemAgent", tmp_path / "rl"),
+                                                 (memagent_eval.WARM_START_NAME, tmp_path / "ws")]
+    assert memagent_eval.policies(None)[0][1] == WARM_START
+    # A warm-start that is not a checkpoint is refused before Ray or any engine starts.
+    with pytest.raises(SystemExit):
+        memagent_eval.main(["--policy", str(WARM_START), "--warm-start", str(tmp_path)])
+    assert f"--warm-start {tmp_path} is not a Hugging Face checkpoint" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_length_table_of_the_shipped_policies(ray_session, tmp_path):
     rows = memagent_eval.length_table(memagent_eval.policies(None), [1, 4], num_tasks=16, engine="torch")
