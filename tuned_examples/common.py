@@ -38,13 +38,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def require_checkpoint(p: argparse.ArgumentParser, flag: str, path: Path) -> Path:
+    """`path`, given as `flag`, if it holds a Hugging Face checkpoint; else a command-line error."""
+    if not (path / "config.json").is_file():
+        p.error(f"{flag} {path} is not a Hugging Face checkpoint directory (no config.json)")
+    return path
+
+
 def trained_policy(p: argparse.ArgumentParser, given: Path | None, default: Path) -> Path | None:
     """An evaluation's trained policy: --policy as `given`, else `default` when a training run wrote it there, else
     None; a path that holds no Hugging Face checkpoint is a command-line error."""
     trained = given or (default if (default / "config.json").is_file() else None)
-    if trained is not None and not (trained / "config.json").is_file():
-        p.error(f"--policy {trained} is not a Hugging Face checkpoint directory (no config.json)")
-    return trained
+    return None if trained is None else require_checkpoint(p, "--policy", trained)
 
 
 def policy_arg(text: str, workflows=None) -> tuple[str, Path, str]:

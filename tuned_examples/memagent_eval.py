@@ -23,7 +23,7 @@ import numpy as np
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval
-from tuned_examples.common import RUNS, budget_table, init_ray, trained_policy
+from tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
@@ -142,12 +142,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out", type=Path, default=RUNS / "memagent_eval", help="where to write the table and plot")
     args = p.parse_args(argv)
     trained = trained_policy(p, args.policy, TRAINED)
+    warm_start = require_checkpoint(p, "--warm-start", args.warm_start)
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
     init_ray(0)
-    if not (args.warm_start / "config.json").is_file():
-        p.error(f"--warm-start {args.warm_start} is not a Hugging Face checkpoint (no config.json)")
-    measured = policies(trained, args.warm_start)
+    measured = policies(trained, warm_start)
     rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine)
     budgets = budget_table([(name, path) for name, path, _ in measured])
     args.out.mkdir(parents=True, exist_ok=True)
