@@ -228,6 +228,16 @@ def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], 
     return (lambda seed: module.make_task(seed, config)), config.max_context_chars()
 
 
+def _find(text: str, sentence: str) -> re.Match | None:
+    """The first place `sentence` starts `text` or follows a space there: never inside a longer name."""
+    return re.search(r"(?:^|(?<=\s))" + re.escape(sentence), text)
+
+
+def _holds(text: str, sentence: str) -> bool:
+    """Whether `text` holds `sentence` (see _find)."""
+    return _find(text, sentence) is not None
+
+
 class ChunkStreamEnv(gym.Env):
     """One question over a long context, read chunk by chunk (MemAgent) or all at once (the full-context baseline).
 
@@ -240,6 +250,13 @@ class ChunkStreamEnv(gym.Env):
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
     stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
     format_ok) and "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
+
+    score_memories=True scores each memory the agent writes against what it was given (tasks with gold facts only):
+    1.0 when it keeps every gold fact the previous memory held and every one the chunk just read completes, and
+    adds no other document's text; else 0.0. Each call answers only for what it changed, so a fact lost or a
+    distractor written is scored once, where it happened. The final info's "row_rewards" gives each memory its
+    score and the answer its exact match (per-call rewards for `training.call_advantages`); its metrics add
+    "memory_score", their mean.
     """
 
     metadata: ClassVar[dict] = {"render_modes": []}
@@ -252,10 +269,14 @@ class ChunkStreamEnv(gym.Env):
         tokenizer_path: str | None = None,
         seed_offset: int = 0,
         max_action_chars: int = 4096,
+        score_memories: bool = False,
         **task_kwargs,
     ):
         """`task_kwargs` go to the task's config (multihop.MultiHopConfig, niah.NiahConfig) or, for
         task='file', are just data_path. The default chunk of 24 words holds three one-fact documents."""
+        if score_memories and task == "file":
+            raise ValueError("ChunkStreamEnv score_memories=True needs gold-fact labels, which task='file' lacks; "
+                             "use task='multihop' or 'niah'")
         if task not in TASKS:
             raise ValueError(f"ChunkStreamEnv task={task!r} is not allowed; choose one of {TASKS}")
         if not isinstance(chunk_tokens, int) or chunk_tokens < 1:
@@ -267,6 +288,7 @@ class ChunkStreamEnv(gym.Env):
         self.stream = stream
         self.seed_offset = seed_offset
         self.max_action_chars = max_action_chars
+        self.score_memories = score_memories
         self.counter = TokenCounter(tokenizer_path)
         self._make_task, max_context_chars = _task_maker(task, task_kwargs)
         # Chunks are slices of the context, so the context bound covers every observation.
@@ -293,6 +315,8 @@ class ChunkStreamEnv(gym.Env):
         self.chunks = chunk_documents(self.task.documents, self.chunk_tokens, self.counter) if self.stream else []
         self._chunk_index = 0
         self._done = False
+        self._memory = ""
+        self._memory_scores: list[float] = []
         return (self.chunks[0] if self.stream else self.task.context), self._info()
 
     @property
@@ -305,6 +329,9 @@ class ChunkStreamEnv(gym.Env):
             raise RuntimeError("ChunkStreamEnv.step called after the episode ended; call reset() first")
         text = clean("" if action is None else str(action), self.max_action_chars)
         if self.phase == "memory":
+            if self.score_memories:
+                self._memory_scores.append(self._score_memory(text))
+            self._memory = text
             self._chunk_index += 1
             obs = self.chunks[self._chunk_index] if self._chunk_index < len(self.chunks) else ""
             return obs, 0.0, False, False, self._info()
@@ -320,7 +347,34 @@ class ChunkStreamEnv(gym.Env):
             "format_ok": float(boxed is not None),
         }
         info = {**self._info(), "metrics": metrics, "answers": answers}
+        if self.score_memories and self.stream:
+            metrics["memory_score"] = float(np.mean(self._memory_scores))
+            info["row_rewards"] = [*self._memory_scores, metrics["em"]]
         return "", metrics["em"], True, False, info
+
+    def _score_memory(self, memory: str) -> float:
+        """1.0 when `memory`, written on the current chunk, keeps the gold facts the previous memory held and those
+        the chunk completes, and adds no other document's text; else 0.0."""
+        read_before = sum(len(c) for c in self.chunks[: self._chunk_index])
+        read_until = read_before + len(self.chunks[self._chunk_index])
+        ends = self._gold_ends()
+        needed = [f for f in self.task.gold_facts
+                  if _holds(self._memory, f) or read_before < ends[f] <= read_until]
+        # A document's text after its "Document N:" label, if it has one; one the previous memory held already is
+        # not this memory's doing (it is scored where it was first written).
+        others = [d.split(": ", 1)[-1] for d in self.task.documents
+                  if not any(f in d for f in self.task.gold_facts)]
+        added = [o for o in others if _holds(memory, o) and not _holds(self._memory, o)]
+        return float(all(_holds(memory, f) for f in needed) and not added)
+
+    def _gold_ends(self) -> dict[str, int]:
+        """Where each gold fact ends in the context (it counts as read once the chunks reach there); a fact the
+        context lacks is never read."""
+        ends = {}
+        for fact in self.task.gold_facts:
+            match = _find(self.task.context, fact)
+            ends[fact] = match.end() if match else len(self.task.context) + 1
+        return ends
 
     def expert_action(self) -> str:
         """What a perfect reader writes now, knowing only what it has read.
@@ -347,13 +401,8 @@ class ChunkStreamEnv(gym.Env):
 
     def _facts_read(self, read_until: int) -> str:
         """The gold facts that end within the first `read_until` characters of the context, in reading order."""
-        seen = []
-        for fact in self.task.gold_facts:
-            # A fact starts a document or follows a space, never inside a longer name.
-            match = re.search(r"(?:^|(?<=\s))" + re.escape(fact), self.task.context)
-            if match and match.end() <= read_until:
-                seen.append((match.start(), fact))
-        return " ".join(fact for _, fact in sorted(seen))
+        ends = self._gold_ends()
+        return " ".join(sorted((f for f in self.task.gold_facts if ends[f] <= read_until), key=ends.get))
 
     def _info(self) -> dict:
         return {

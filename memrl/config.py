@@ -151,6 +151,17 @@ class TrainingConfig:
     mini-batch updates; the clip ratio keeps later steps near the sampling policy)."""
     norm_adv_by_std: bool = False
     """Divide group advantages by the group std (GRPO); False is DAPO / Dr.GRPO."""
+    negative_advantage_weight: float = 1.0
+    """Below-mean trajectories' advantages are multiplied by this, in [0, 1]: 1 is the unbiased estimator, 0 trains on
+    the above-mean trajectories alone (rejection-sampling fine-tuning weighted by the advantage). A sharp policy's
+    wrong samples are rare slips of low probability, whose push-down carries most of the gradient; a smaller weight
+    leaves more of the update to the right samples that greedy decoding does not yet take."""
+    call_advantages: bool = False
+    """Credit each call on its own: a conversation's advantage is its own reward (Conversation.reward, which the env
+    gives per call in its final info's "row_rewards", as ChunkStream-v0 does with score_memories) minus the mean of
+    its group's conversations at the same position in their trajectories (the same chunk of one task, in MemAgent),
+    over their std when norm_adv_by_std. False gives every conversation its trajectory's advantage (the papers'
+    outcome reward); Mem-α, whose rows always carry their own rewards, then compares a row with all of its group's."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (DAPO dynamic sampling) and sample more to refill the batch."""
     dynamic_sampling_max_rounds: int = 3
@@ -432,6 +443,13 @@ class AlgorithmConfig(_Config):
                              f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
         if not train.lr > 0:
             raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
+        if train.call_advantages and (train.overlong_buffer_tokens or train.loss.kl_in_reward):
+            raise ValueError("training.call_advantages=True is not allowed with overlong_buffer_tokens or "
+                             "loss.kl_in_reward: both shape the trajectory's reward, and call advantages use each "
+                             "call's own")
+        if not 0 <= train.negative_advantage_weight <= 1:
+            raise ValueError(f"training.negative_advantage_weight={train.negative_advantage_weight!r} is not "
+                             "allowed; it must be in [0, 1]")
         if train.dynamic_sampling_metric is not None and not train.dynamic_sampling:
             raise ValueError(f"training.dynamic_sampling_metric={train.dynamic_sampling_metric!r} needs "
                              "training.dynamic_sampling=True (it says what dynamic sampling compares)")

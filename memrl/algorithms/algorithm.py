@@ -34,7 +34,7 @@ from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
 from memrl.learner.learner_group import LearnerFailed, LearnerGroup
-from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figures, shape_rewards
+from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figures, row_advantages, shape_rewards
 from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
@@ -350,8 +350,16 @@ class Algorithm(Recovery, tune.Trainable):
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
         """Give every row of `batch` its per-token "advantages" and return figures for the result's "learners"
-        section: here each trajectory's group-relative advantage on all of its tokens (PPO and MemPO override
-        this)."""
+        section: here each trajectory's group-relative advantage on all of its tokens, or with
+        training.call_advantages each call's own against the calls at its position (PPO and MemPO override this)."""
+        train = self.cfg.training_cfg
+        if train.call_advantages:
+            advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
+                                        by_position=True)
+            batch.assign_advantages(advantages)
+            rows = np.concatenate(advantages) if advantages else np.zeros(0)
+            return {"call_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),
+                    "call_advantage_abs_mean": float(np.abs(rows).mean()) if rows.size else 0.0}
         rewards = self.training_rewards(trajectories, batch.rows)
         batch.assign_advantages(self.trajectory_advantages(trajectories, rewards))
         return {}
@@ -361,9 +369,11 @@ class Algorithm(Recovery, tune.Trainable):
         return shape_rewards(trajectories, rows, self.cfg.training_cfg, self.cfg.env_runners_cfg.max_tokens)
 
     def trajectory_advantages(self, trajectories: list[Trajectory], rewards: np.ndarray) -> np.ndarray:
-        """One advantage per trajectory: reward minus group mean, over the group std when configured."""
-        return group_advantages(rewards, [t.group_id for t in trajectories],
-                                norm_std=self.cfg.training_cfg.norm_adv_by_std)
+        """One advantage per trajectory: reward minus group mean, over the group std when configured; negative ones
+        times training.negative_advantage_weight."""
+        train = self.cfg.training_cfg
+        advantages = group_advantages(rewards, [t.group_id for t in trajectories], norm_std=train.norm_adv_by_std)
+        return np.where(advantages < 0, train.negative_advantage_weight * advantages, advantages)
 
     def _train_minibatches(self, rows: list[TrainRow], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:

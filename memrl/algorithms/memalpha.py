@@ -13,9 +13,8 @@ import numpy as np
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import GRPOConfig
 from memrl.episode import Trajectory
-from memrl.learner.advantages import group_advantages
 from memrl.learner.losses import LossConfig
-from memrl.learner.rows import RowBatch
+from memrl.learner.rows import RowBatch, row_advantages
 
 
 class MemAlphaConfig(GRPOConfig):
@@ -26,15 +25,6 @@ class MemAlphaConfig(GRPOConfig):
         self.training_cfg.loss = LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean")
 
 
-def row_advantages(trajectories: list[Trajectory], norm_std: bool = True) -> list[np.ndarray]:
-    """Per trajectory, one advantage per conversation: its reward against the rows of its group."""
-    rewards = np.array([c.reward for t in trajectories for c in t.conversations], dtype=np.float64)
-    groups = [t.group_id for t in trajectories for _ in t.conversations]
-    flat = group_advantages(rewards, groups, norm_std=norm_std)
-    bounds = np.cumsum([0] + [len(t.conversations) for t in trajectories])
-    return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
 class MemAlpha(Algorithm):
     """GRPO with per-row rewards and row groups (Mem-α)."""
 
@@ -43,7 +33,9 @@ class MemAlpha(Algorithm):
         return MemAlphaConfig()
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
-        advantages = row_advantages(trajectories, self.cfg.training_cfg.norm_adv_by_std)
+        train = self.cfg.training_cfg
+        advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
+                                    by_position=train.call_advantages)
         batch.assign_advantages(advantages)
         rows = np.concatenate(advantages) if advantages else np.zeros(0)
         return {"row_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),

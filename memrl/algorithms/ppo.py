@@ -59,6 +59,10 @@ class PPOConfig(AlgorithmConfig):
         for name in ("gamma", "lam"):
             if not 0 <= getattr(train, name) <= 1:
                 raise ValueError(f"training.{name}={getattr(train, name)!r} is not allowed; it must be in [0, 1]")
+        if train.negative_advantage_weight != 1 or train.call_advantages:
+            raise ValueError(f"training.negative_advantage_weight={train.negative_advantage_weight!r} and "
+                             f"call_advantages={train.call_advantages!r} are not allowed for PPO: its GAE advantages "
+                             "are per token, not against a group; they must be 1 and False")
         if not train.critic_lr > 0:
             raise ValueError(f"training.critic_lr={train.critic_lr!r} is not allowed; it must be > 0")
         if not isinstance(train.critic_warmup_iterations, int) or train.critic_warmup_iterations < 0:

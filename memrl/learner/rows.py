@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from memrl.episode import Trajectory
-from memrl.learner.advantages import overlong_penalty
+from memrl.learner.advantages import group_advantages, overlong_penalty
 from memrl.learner.losses import kl_penalty_in_reward
 from memrl.learner.stitching import stitch
 
@@ -131,6 +131,21 @@ def importance_figures(rows: Sequence[TrainRow], rollout_logprobs: Sequence[np.n
     weights = np.exp(np.clip(gap, -20.0, 20.0))
     return {"is_weight_mean": float(weights.mean()), "is_weight_max": float(weights.max()),
             "is_capped_share": float((weights > cap).mean())}
+
+
+def row_advantages(trajectories: Sequence[Trajectory], norm_std: bool = True, negative_weight: float = 1.0,
+                   by_position: bool = False) -> list[np.ndarray]:
+    """Per trajectory, one advantage per conversation from its own reward (Conversation.reward): that reward minus
+    the mean over its group's conversations (all of them, or with `by_position` only those at the same position in
+    their trajectories: the same chunk of one task, in MemAgent), over their std when `norm_std`; below-mean ones
+    times `negative_weight`."""
+    rewards = np.array([c.reward for t in trajectories for c in t.conversations], dtype=np.float64)
+    groups = [f"{t.group_id}#{k}" if by_position else str(t.group_id)
+              for t in trajectories for k in range(len(t.conversations))]
+    flat = group_advantages(rewards, groups, norm_std=norm_std)
+    flat = np.where(flat < 0, negative_weight * flat, flat)
+    bounds = np.cumsum([0] + [len(t.conversations) for t in trajectories])
+    return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def shape_rewards(trajectories: Sequence[Trajectory], rows: Sequence[TrainRow], train: TrainingConfig,

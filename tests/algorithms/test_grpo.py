@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from memrl.algorithms import DAPOConfig, GRPOConfig
+from memrl.algorithms import DAPO, DAPOConfig, GRPOConfig
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import group_advantages
 from memrl.learner.batching import pad_rows
@@ -51,3 +51,32 @@ def test_grpo_normalises_by_the_group_std():
     rewards = [1.0, 0.0, 1.0, 0.0]
     adv = group_advantages(rewards, ["g"] * 4, norm_std=GRPOConfig().training_cfg.norm_adv_by_std)
     np.testing.assert_allclose(adv, np.array([0.5, -0.5, 0.5, -0.5]) / np.std(rewards, ddof=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.25, 0.0])
+def test_negative_advantage_weight_scales_only_below_mean_trajectories(weight):
+    # Rewards 1, 0, 0, 1 | 1, 1 in two groups: means 0.5 and 1, so advantages +0.5, -0.5, -0.5, +0.5 | 0, 0.
+    trajectories = [_trajectory([1], r, g) for r, g in ((1.0, "a"), (0.0, "a"), (0.0, "a"), (1.0, "a"),
+                                                        (1.0, "b"), (1.0, "b"))]
+    algo = DAPO.__new__(DAPO)  # trajectory_advantages reads only the config
+    algo.cfg = DAPOConfig().training(negative_advantage_weight=weight)
+    advantages = algo.trajectory_advantages(trajectories, np.array([t.reward for t in trajectories]))
+    np.testing.assert_allclose(advantages, [0.5, -0.5 * weight, -0.5 * weight, 0.5, 0.0, 0.0])
+
+
+def test_call_advantages_give_each_conversation_its_own_reward_against_its_position():
+    # MemAgent with ChunkStream's score_memories: two memory calls and the answer, each with its own reward.
+    def scored(rewards):
+        t = _trajectory([2, 1, 3], rewards[-1], "g")
+        for c, r in zip(t.conversations, rewards):
+            c.reward = r
+        return t
+
+    trajectories = [scored([1.0, 1.0, 1.0]), scored([1.0, 0.0, 0.0])]
+    algo = DAPO.__new__(DAPO)  # compute_advantages reads only the config here
+    algo.cfg = DAPOConfig().training(call_advantages=True)
+    batch = build_rows(trajectories)
+    figures = algo.compute_advantages(trajectories, batch)
+    per_row = [float(row["advantages"][0]) for row in batch.rows]
+    assert per_row == [0.0, 0.5, 0.5, 0.0, -0.5, -0.5]  # the trajectory's outcome would give +-0.5 on every call
+    assert figures["call_reward_mean"] == pytest.approx(4 / 6)

@@ -22,6 +22,8 @@ def test_rows_are_normalised_against_every_row_of_their_tasks_rollouts():
     want_b = (b - b.mean()) / (b.std(ddof=1) + 1e-6)
     assert np.allclose(np.concatenate(advantages[:2]), want_a) and np.allclose(advantages[2], want_b)
     assert np.allclose(np.concatenate(row_advantages(trajectories, norm_std=False)[:2]), a - a.mean())
+    halved = row_advantages(trajectories, norm_std=False, negative_weight=0.5)
+    assert np.allclose(np.concatenate(halved[:2]), [-0.5, 0.0, 1.0])  # a - mean = -1, 0, +1: only -1 is halved
 
 
 def test_each_rows_advantage_lands_on_its_own_tokens():

@@ -86,6 +86,9 @@ def test_config_names_bad_values(tiny_checkpoint):
         base.copy().training(lam=1.5).validate()
     with pytest.raises(ValueError, match="training.critic_lr"):
         base.copy().training(critic_lr=0.0).validate()
+    with pytest.raises(ValueError, match="negative_advantage_weight=0.5 and call_advantages=False are not allowed "
+                                         "for PPO"):
+        base.copy().training(negative_advantage_weight=0.5).validate()
     with pytest.raises(ValueError, match="no field 'gamma'"):
         from memrl.algorithms import DAPOConfig
 

@@ -180,6 +180,39 @@ def test_expert_memory_grows_in_reading_order():
         assert c1 == 0 if positions[0] == 0.0 else c1 > 0
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"task": "niah", "level": 1, "chunk_tokens": 40}])
+def test_scored_memories_give_the_expert_full_marks(kwargs):
+    env = ChunkStreamEnv(score_memories=True, **kwargs)
+    for seed in range(5):
+        env.reset(seed=seed)
+        while env.phase == "memory":
+            env.step(env.expert_action())
+        _, reward, _, _, info = env.step(env.expert_action())
+        assert info["row_rewards"] == [1.0] * (len(env.chunks) + 1) and info["metrics"]["memory_score"] == 1.0
+
+
+def test_a_memory_scores_zero_where_it_drops_corrupts_or_adds_a_fact():
+    env = ChunkStreamEnv(score_memories=True, gold_positions=(0.3, 0.6), num_docs=12, chunk_tokens=7)
+    env.reset(seed=3)
+    hop1, hop2 = env.task.gold_facts
+    c1, c2 = (next(i for i, c in enumerate(env.chunks) if fact in c) for fact in (hop1, hop2))
+    assert 0 < c1 < c2 < len(env.chunks) - 3
+    distractor = next(d for d in env.task.documents if hop1 not in d and hop2 not in d).split(": ", 1)[1]
+    # chunk c1: the new fact is missed (0); c1 + 1: the fact is written late, nothing was lost (1); c2: both held
+    # (1); c2 + 1: a distractor copied in (0); c2 + 2: the distractor kept, a held name corrupted (0); c2 + 3: the
+    # distractor kept, nothing else lost (1: it was scored where it was written); after that: nothing held is lost,
+    # nothing else is added (1), though the corrupted fact is gone for good.
+    broken = hop1.replace(hop1.split()[0], hop1.split()[0] + "x", 1)
+    plan = {c1: NO_MEMORY, c1 + 1: hop1, c2: f"{hop1} {hop2}", c2 + 1: f"{hop1} {hop2} {distractor}",
+            c2 + 2: f"{broken} {hop2} {distractor}", c2 + 3: f"{hop2} {distractor}"}
+    want = {c1: 0.0, c2 + 1: 0.0, c2 + 2: 0.0}
+    for k in range(len(env.chunks)):
+        env.step(plan.get(k, env.expert_action() if k < c2 + 2 else hop2))
+    _, reward, _, _, info = env.step(f"\\boxed{{{env.task.answers[0]}}}")
+    assert info["row_rewards"] == [want.get(k, 1.0) for k in range(len(env.chunks))] + [1.0]
+    assert info["metrics"]["memory_score"] == pytest.approx(1 - 3 / len(env.chunks))
+
+
 def test_expert_with_tokenizer_chunks(tokenizer_path):
     env = ChunkStreamEnv(chunk_tokens=20, tokenizer_path=tokenizer_path, num_docs=12)
     for seed in range(5):
@@ -324,3 +357,5 @@ def test_bad_config_is_named(tmp_path):
         ChunkStreamEnv(hardness="medium")
     with pytest.raises(ValueError, match="task='file' takes exactly one option, data_path"):
         ChunkStreamEnv(task="file")
+    with pytest.raises(ValueError, match="score_memories=True needs gold-fact labels, which task='file' lacks"):
+        ChunkStreamEnv(task="file", score_memories=True, data_path=str(tmp_path / "rows.jsonl"))

@@ -6,7 +6,7 @@ import pytest
 from memrl.config import TrainingConfig
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.losses import LossConfig
-from memrl.learner.rows import build_rows, importance_figures, shape_rewards
+from memrl.learner.rows import build_rows, importance_figures, row_advantages, shape_rewards
 
 
 def _traj(reward: float, response_lengths: list[int], group: str = "g") -> Trajectory:
@@ -87,3 +87,24 @@ def test_importance_figures_count_loss_tokens_only():
     assert figures["is_weight_mean"] == pytest.approx(3.0)
     assert figures["is_weight_max"] == pytest.approx(6.0)
     assert figures["is_capped_share"] == pytest.approx(1 / 3)
+
+
+def _scored(rewards: list[float], group: str) -> Trajectory:
+    convs = [Conversation(prompt_ids=[1, 2], response_ids=[5, 6], logprobs=[-1.0, -1.0], reward=r) for r in rewards]
+    return Trajectory(convs, reward=rewards[-1], group_id=group)
+
+
+def test_call_advantages_compare_calls_at_the_same_position_of_one_group():
+    # Group "a": three trajectories of three calls; group "b": two of two. Call k of a trajectory is compared with
+    # call k of its group's other trajectories only.
+    trajs = [_scored([1, 1, 1], "a"), _scored([1, 0, 1], "a"), _scored([1, 1, 0], "a"),
+             _scored([0, 1], "b"), _scored([1, 1], "b")]
+    adv = row_advantages(trajs, norm_std=False, by_position=True)
+    np.testing.assert_allclose(np.concatenate(adv[:3]), [0, 1 / 3, 1 / 3, 0, -2 / 3, 1 / 3, 0, 1 / 3, -2 / 3])
+    np.testing.assert_allclose(np.concatenate(adv[3:]), [-0.5, 0, 0.5, 0])
+    # Against the whole group instead (Mem-α's rows): group "a" has mean 7/9.
+    flat = row_advantages(trajs, norm_std=False)
+    np.testing.assert_allclose(flat[1], np.array([1, 0, 1]) - 7 / 9)
+    # Below-mean calls scaled by the negative weight, the others untouched.
+    half = row_advantages(trajs, norm_std=False, negative_weight=0.5, by_position=True)
+    np.testing.assert_allclose(half[1], [0, -1 / 3, 1 / 3])
