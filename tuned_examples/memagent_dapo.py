@@ -67,9 +67,9 @@ def cpu_task(workflow: str, tokenizer_path: str, num_docs: int | tuple[int, ...]
 
 def config(model: str | Path = WARM_START) -> DAPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration over TRAIN_LENGTHS documents, one vLLM engine, two
-    ZeRO-3 learners, one batch sampled ahead, held-out evaluation at 10 documents. Sampling ahead gave 1.34x the
-    iterations per minute of the synchronous loop at 10 documents and 1.06x over 10, 20 or 40 (benchmarks/
-    async_training.py; both phases are bound by the same two cores)."""
+    ZeRO-3 learners, one batch sampled ahead, held-out evaluation at 10 documents. Sampling ahead gives 1.40x the
+    iterations per minute of the synchronous loop at 10 documents (benchmarks/async_training.py; both phases share
+    the same two cores)."""
     env_config, workflow_config = cpu_task("memagent", tokenizer_path=model, num_docs=TRAIN_LENGTHS)
     return (DAPOConfig()
             .environment("memrl/ChunkStream-v0", env_config=env_config)
