@@ -84,6 +84,28 @@ def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
 
 
 @pytest.mark.slow
+def test_each_memory_write_is_credited_on_its_own(ray_session):
+    # One task of four trajectories per iteration: every trajectory has the same number of calls n, so the mean
+    # reward of the trained calls is (memory_score * (n - 1) + em) / n of the env's own figures.
+    cfg = (config(WARM_START)
+           .environment(env_config={**config(WARM_START).environment_cfg.env_config, "score_memories": True})
+           .env_runners(num_envs_per_env_runner=4)
+           .training(tasks_per_iteration=1, group_size=4, call_advantages=True, dynamic_sampling=False,
+                     max_staleness=0))
+    algo = cfg.build()
+    try:
+        for _ in range(2):
+            result = algo.train()
+            runs, learned = result["env_runners"], result["learners"]
+            n = runs["num_calls_mean"]
+            want = (runs["memory_score_mean"] * (n - 1) + runs["em_mean"]) / n
+            assert learned["call_reward_mean"] == pytest.approx(want)
+            assert learned["rows"] == 4 * n and 0 < learned["call_reward_mean"] <= 1
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
 def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_path):
     stages = (memagent_sft.Stage(2, 4), memagent_sft.Stage(2, 4, "linear"))
     for workflow in ("memagent", "full_context"):
