@@ -315,8 +315,14 @@ class ChunkStreamEnv(gym.Env):
         self.chunks = chunk_documents(self.task.documents, self.chunk_tokens, self.counter) if self.stream else []
         self._chunk_index = 0
         self._done = False
+        self._gold_ends = self._find_gold_ends()
+        # Where each chunk ends in the context: what has been read once it is shown.
+        self._read_until = np.cumsum([len(c) for c in self.chunks]).tolist()
         self._memory = ""
         self._memory_scores: list[float] = []
+        # A distractor document's text after its "Document N:" label, if it has one.
+        self._distractors = [d.split(": ", 1)[-1] for d in self.task.documents
+                             if not any(f in d for f in self.task.gold_facts)] if self.score_memories else []
         return (self.chunks[0] if self.stream else self.task.context), self._info()
 
     @property
@@ -355,19 +361,15 @@ class ChunkStreamEnv(gym.Env):
     def _score_memory(self, memory: str) -> float:
         """1.0 when `memory`, written on the current chunk, keeps the gold facts the previous memory held and those
         the chunk completes, and adds no other document's text; else 0.0."""
-        read_before = sum(len(c) for c in self.chunks[: self._chunk_index])
-        read_until = read_before + len(self.chunks[self._chunk_index])
-        ends = self._gold_ends()
+        read_until = self._read_until[self._chunk_index]
+        read_before = read_until - len(self.chunks[self._chunk_index])
         needed = [f for f in self.task.gold_facts
-                  if _holds(self._memory, f) or read_before < ends[f] <= read_until]
-        # A document's text after its "Document N:" label, if it has one; one the previous memory held already is
-        # not this memory's doing (it is scored where it was first written).
-        others = [d.split(": ", 1)[-1] for d in self.task.documents
-                  if not any(f in d for f in self.task.gold_facts)]
-        added = [o for o in others if _holds(memory, o) and not _holds(self._memory, o)]
+                  if _holds(self._memory, f) or read_before < self._gold_ends[f] <= read_until]
+        # A distractor the previous memory held already is not this memory's doing (it is scored where written).
+        added = [o for o in self._distractors if _holds(memory, o) and not _holds(self._memory, o)]
         return float(all(_holds(memory, f) for f in needed) and not added)
 
-    def _gold_ends(self) -> dict[str, int]:
+    def _find_gold_ends(self) -> dict[str, int]:
         """Where each gold fact ends in the context (it counts as read once the chunks reach there); a fact the
         context lacks is never read."""
         ends = {}
@@ -396,12 +398,11 @@ class ChunkStreamEnv(gym.Env):
                 f"ChunkStreamEnv task={self.task_name!r} has no gold-fact labels, so there is no scripted memory; "
                 "only task='multihop' and task='niah' have one"
             )
-        read_until = sum(len(c) for c in self.chunks[: self._chunk_index + 1])
-        return self._facts_read(read_until) or NO_MEMORY
+        return self._facts_read(self._read_until[self._chunk_index]) or NO_MEMORY
 
     def _facts_read(self, read_until: int) -> str:
         """The gold facts that end within the first `read_until` characters of the context, in reading order."""
-        ends = self._gold_ends()
+        ends = self._gold_ends
         return " ".join(sorted((f for f in self.task.gold_facts if ends[f] <= read_until), key=ends.get))
 
     def _info(self) -> dict:

@@ -352,17 +352,23 @@ class Algorithm(Recovery, tune.Trainable):
         """Give every row of `batch` its per-token "advantages" and return figures for the result's "learners"
         section: here each trajectory's group-relative advantage on all of its tokens, or with
         training.call_advantages each call's own against the calls at its position (PPO and MemPO override this)."""
-        train = self.cfg.training_cfg
-        if train.call_advantages:
-            advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
-                                        by_position=True)
-            batch.assign_advantages(advantages)
-            rows = np.concatenate(advantages) if advantages else np.zeros(0)
-            return {"call_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),
-                    "call_advantage_abs_mean": float(np.abs(rows).mean()) if rows.size else 0.0}
+        if self.cfg.training_cfg.call_advantages:
+            return self.assign_call_advantages(trajectories, batch, by_position=True, figure="call")
         rewards = self.training_rewards(trajectories, batch.rows)
         batch.assign_advantages(self.trajectory_advantages(trajectories, rewards))
         return {}
+
+    def assign_call_advantages(self, trajectories: list[Trajectory], batch: RowBatch, by_position: bool,
+                               figure: str) -> dict[str, float]:
+        """Give each conversation the advantage of its own reward (`row_advantages`) and return the mean reward and
+        mean absolute advantage of the calls as `<figure>_reward_mean` and `<figure>_advantage_abs_mean`."""
+        train = self.cfg.training_cfg
+        advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
+                                    by_position=by_position)
+        batch.assign_advantages(advantages)
+        rows = np.concatenate(advantages) if advantages else np.zeros(0)
+        return {f"{figure}_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),
+                f"{figure}_advantage_abs_mean": float(np.abs(rows).mean()) if rows.size else 0.0}
 
     def training_rewards(self, trajectories: list[Trajectory], rows: list[TrainRow]) -> np.ndarray:
         """Rewards the advantages are computed from (see `shape_rewards`)."""
@@ -372,8 +378,8 @@ class Algorithm(Recovery, tune.Trainable):
         """One advantage per trajectory: reward minus group mean, over the group std when configured; negative ones
         times training.negative_advantage_weight."""
         train = self.cfg.training_cfg
-        advantages = group_advantages(rewards, [t.group_id for t in trajectories], norm_std=train.norm_adv_by_std)
-        return np.where(advantages < 0, train.negative_advantage_weight * advantages, advantages)
+        return group_advantages(rewards, [t.group_id for t in trajectories], norm_std=train.norm_adv_by_std,
+                                negative_weight=train.negative_advantage_weight)
 
     def _train_minibatches(self, rows: list[TrainRow], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:

@@ -8,13 +8,11 @@ token mean over all rows; the authors' script adds a KL loss of 1e-3 (the paper 
 
 from __future__ import annotations
 
-import numpy as np
-
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import GRPOConfig
 from memrl.episode import Trajectory
 from memrl.learner.losses import LossConfig
-from memrl.learner.rows import RowBatch, row_advantages
+from memrl.learner.rows import RowBatch
 
 
 class MemAlphaConfig(GRPOConfig):
@@ -33,13 +31,8 @@ class MemAlpha(Algorithm):
         return MemAlphaConfig()
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
-        train = self.cfg.training_cfg
-        advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
-                                    by_position=train.call_advantages)
-        batch.assign_advantages(advantages)
-        rows = np.concatenate(advantages) if advantages else np.zeros(0)
-        return {"row_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),
-                "row_advantage_abs_mean": float(np.abs(rows).mean()) if rows.size else 0.0}
+        return self.assign_call_advantages(trajectories, batch, by_position=self.cfg.training_cfg.call_advantages,
+                                           figure="row")
 
 
 MemAlphaConfig.algo_class = MemAlpha

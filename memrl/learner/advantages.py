@@ -27,8 +27,10 @@ def group_advantages(
     group_ids: Sequence[object] | np.ndarray,
     norm_std: bool = True,
     eps: float = 1e-6,
+    negative_weight: float = 1.0,
 ) -> np.ndarray:
-    """Group-relative advantage per sample: A_i = r_i - mean(group), divided by (std(group) + eps) when norm_std.
+    """Group-relative advantage per sample: A_i = r_i - mean(group), divided by (std(group) + eps) when norm_std;
+    below-mean ones (A_i < 0) times `negative_weight`.
 
     norm_std=True is GRPO; False is DAPO / Dr.GRPO. The std is the unbiased one (n - 1), as torch.std in verl.
     A group of one sample is its own mean, so its advantage is 0 (verl instead uses mean 0 and std 1 there).
@@ -47,7 +49,7 @@ def group_advantages(
         scale = stds[index] + eps
         # Zero-variance groups have centred == 0; leaving them at 0 keeps eps = 0 free of 0 / 0.
         centred = np.divide(centred, scale, out=np.zeros_like(centred), where=scale > 0)
-    return centred
+    return np.where(centred < 0, negative_weight * centred, centred)
 
 
 def dynamic_sampling_mask(

@@ -142,8 +142,7 @@ def row_advantages(trajectories: Sequence[Trajectory], norm_std: bool = True, ne
     rewards = np.array([c.reward for t in trajectories for c in t.conversations], dtype=np.float64)
     groups = [f"{t.group_id}#{k}" if by_position else str(t.group_id)
               for t in trajectories for k in range(len(t.conversations))]
-    flat = group_advantages(rewards, groups, norm_std=norm_std)
-    flat = np.where(flat < 0, negative_weight * flat, flat)
+    flat = group_advantages(rewards, groups, norm_std=norm_std, negative_weight=negative_weight)
     bounds = np.cumsum([0] + [len(t.conversations) for t in trajectories])
     return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 

@@ -2,9 +2,8 @@ import numpy as np
 import pytest
 
 from memrl.algorithms import MemAlphaConfig
-from memrl.algorithms.memalpha import row_advantages
 from memrl.episode import Conversation, Trajectory
-from memrl.learner.rows import build_rows
+from memrl.learner.rows import build_rows, row_advantages
 
 
 def _trajectory(group: str, rewards: list[float]) -> Trajectory:
