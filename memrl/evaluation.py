@@ -1,7 +1,8 @@
 """Held-out evaluation: greedy rollouts of a policy on tasks no training run sees, summarised with 95% intervals.
 
 `Algorithm.evaluate()` uses it on the engines of a training run; `evaluate_checkpoint` does the same for any
-Hugging Face checkpoint on engines of its own (warm-starts, baselines, trained policies, longer documents).
+Hugging Face checkpoint on engines of its own (warm-starts, baselines, trained policies, longer documents), greedily
+or as k samples per task at a temperature (what RL trains on: sampled accuracy, pass@k and all-k-right).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from memrl.engines import start_engine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import Trajectory, from_arrow
 from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
-from memrl.seeds import heldout_env_seeds, heldout_sampling_seed
-from memrl.stats import eval_summary
+from memrl.seeds import derive_seed, heldout_env_seeds, heldout_sampling_seed
+from memrl.stats import best_and_worst_of_k, eval_summary, task_rewards
 
 
 def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
@@ -25,10 +26,12 @@ def heldout_tasks(seed: int, num_tasks: int) -> list[Task]:
     return [Task(seed=s, group_id=f"eval-{i}", traj_id=f"eval-{i}") for i, s in enumerate(seeds)]
 
 
-def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int, sample=None) -> list[Trajectory]:
-    """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` too; trajectories in task order.
-    `sample(group, tasks, seed)` runs the round (Algorithm.sample replaces engines that fail); default group.sample."""
-    tasks, sampling_seed = heldout_tasks(seed, num_tasks), heldout_sampling_seed(seed)
+def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int, sample=None, round_: int = 0) -> list[Trajectory]:
+    """Run the held-out tasks of `seed` through `group`, sampling seeded from `seed` and `round_` (another round of
+    the same tasks samples anew); trajectories in task order. `sample(group, tasks, seed)` runs the round
+    (Algorithm.sample replaces engines that fail); default group.sample."""
+    tasks = heldout_tasks(seed, num_tasks)
+    sampling_seed = heldout_sampling_seed(seed) if round_ == 0 else derive_seed(heldout_sampling_seed(seed), round_)
     table, _ = sample(group, tasks, sampling_seed) if sample else group.sample(tasks, seed=sampling_seed)
     return from_arrow(table)
 
@@ -48,18 +51,25 @@ def evaluate_checkpoint(
     max_calls: int = 4096,
     seed: int = 0,
     start_timeout_s: float = 900.0,
+    temperature: float = 0.0,
+    samples: int = 1,
 ) -> list[tuple[dict[str, float], list[Trajectory]]]:
-    """Greedy held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length), on
-    `num_tasks` tasks each (or num_tasks[i] for env_configs[i]).
+    """Held-out rollouts of a checkpoint under each of `env_configs` (e.g. one per document length), on `num_tasks`
+    tasks each (or num_tasks[i] for env_configs[i]): greedy by default, else `samples` rounds of the same tasks at
+    `temperature` (samples > 1 needs temperature > 0: greedy rounds would repeat each other).
 
     One engine and one group of runners serve every config (the runners take each config in turn). Returns, per
-    config, the `eval_summary` (plus "sample_s", the wall time of that config's rollouts) and the trajectories.
-    Needs a running Ray instance; the engine gets `start_timeout_s` to start.
+    config, the `eval_summary` over every round's trajectories (plus "sample_s", the wall time of that config's
+    rollouts, and with samples > 1 `memrl.stats.best_and_worst_of_k`'s figures) and the trajectories, round after
+    round, each round in task order. Needs a running Ray instance; the engine gets `start_timeout_s` to start.
     """
     counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
         raise ValueError(f"num_tasks must be a positive int or one positive count per env config "
                          f"({len(env_configs)}), got {num_tasks!r}")
+    if not isinstance(samples, int) or samples < 1 or temperature < 0 or (samples > 1 and temperature == 0):
+        raise ValueError(f"samples must be an integer >= 1 and temperature >= 0, with temperature > 0 when samples "
+                         f"> 1; got samples={samples!r}, temperature={temperature!r}")
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results, group = [], None
     try:
@@ -69,15 +79,18 @@ def evaluate_checkpoint(
         for env_config, n in zip(env_configs, counts):
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
-                                 sampling=SamplingConfig(max_tokens=max_tokens, temperature=0.0),
+                                 sampling=SamplingConfig(max_tokens=max_tokens, temperature=temperature),
                                  num_envs=-(-n // num_env_runners), max_calls=max_calls)
             if group is None:
                 group = EnvRunnerGroup(spec, [actor], num_env_runners, start_timeout_s=start_timeout_s)
             else:
                 group.configure(spec)
             start = time.perf_counter()
-            trajectories = sample_heldout(group, n, seed)
+            rounds = [sample_heldout(group, n, seed, round_=r) for r in range(samples)]
+            trajectories = [t for trajs in rounds for t in trajs]
             summary = {**eval_summary(trajectories), "sample_s": time.perf_counter() - start}
+            if samples > 1:
+                summary.update(best_and_worst_of_k(task_rewards(rounds)))
             results.append((summary, trajectories))
     finally:
         if group is not None:

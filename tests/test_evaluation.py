@@ -1,4 +1,5 @@
-"""Held-out evaluation: disjoint task seeds, intervals, and greedy rollouts of a checkpoint on its own engine."""
+"""Held-out evaluation: disjoint task seeds, intervals, and greedy or sampled rollouts of a checkpoint on its own
+engine."""
 
 import numpy as np
 import pytest
@@ -56,3 +57,27 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
     with pytest.raises(ValueError, match="one positive count per env config"):
         evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [{}, {}], "last_observation", {}, num_tasks=[5],
                             max_tokens=4)
+
+
+def test_evaluate_checkpoint_samples_each_task_k_times(ray_session, tiny_checkpoint):
+    config = {"num_turns": 1, "reward": "similarity"}
+    [(summary, trajs)] = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},
+                                             num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3)
+    # Three rounds of the same six tasks, each in task order, each round sampled anew.
+    assert len(trajs) == 18
+    assert [t.traj_id for t in trajs] == [t.traj_id for t in heldout_tasks(0, 6)] * 3
+    responses = [[t.conversations[0].response_ids.tolist() for t in trajs[r * 6:(r + 1) * 6]] for r in range(3)]
+    assert responses[0] != responses[1] and responses[1] != responses[2]
+    rewards = np.array([[t.reward for t in trajs[r * 6:(r + 1) * 6]] for r in range(3)])
+    assert summary["num_tasks"] == 6 and summary["samples"] == 3
+    assert summary["reward_mean"] == pytest.approx(rewards.mean())
+    assert summary["pass_at_k_mean"] == pytest.approx(rewards.max(axis=0).mean())
+    assert summary["all_k_mean"] == pytest.approx(rewards.min(axis=0).mean())
+    # The same seed samples the same answers again.
+    [(_, again)] = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},
+                                       num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3)
+    assert [t.conversations[0].response_ids.tolist() for t in again] == [r for rs in responses for r in rs]
+    for bad in ({"samples": 0}, {"samples": 2}, {"samples": 2, "temperature": -1.0}):
+        with pytest.raises(ValueError, match="samples must be an integer >= 1"):
+            evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},
+                                num_tasks=2, max_tokens=4, **bad)

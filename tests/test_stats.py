@@ -1,6 +1,15 @@
+import numpy as np
 import pytest
 
-from memrl.stats import mean_interval, paired_interval, reward_interval, wilson_interval
+from memrl.episode import Conversation, Trajectory
+from memrl.stats import (
+    best_and_worst_of_k,
+    mean_interval,
+    paired_interval,
+    reward_interval,
+    task_rewards,
+    wilson_interval,
+)
 
 
 def test_wilson_known_values():
@@ -48,3 +57,28 @@ def test_paired_interval_is_the_interval_of_the_per_task_change():
     assert same == (0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="one value per task"):
         paired_interval([1, 2], [1, 2, 3])
+
+
+def test_best_and_worst_of_k_by_hand():
+    # 3 samples of 4 tasks; the last task's second episode failed, so it is left out of every figure.
+    rewards = np.array([[1.0, 0.0, 1.0, 1.0],
+                        [1.0, 0.0, 0.0, np.nan],
+                        [1.0, 1.0, 0.0, 1.0]])
+    out = best_and_worst_of_k(rewards)
+    assert out["num_tasks"] == 3 and out["samples"] == 3
+    per_task = [1.0, 1 / 3, 1 / 3]
+    assert (out["reward_mean"], out["reward_ci_low"], out["reward_ci_high"]) == pytest.approx(mean_interval(per_task))
+    assert (out["pass_at_k_mean"], out["pass_at_k_ci_low"], out["pass_at_k_ci_high"]) == \
+        pytest.approx((1.0, *wilson_interval(3, 3)))
+    assert (out["all_k_mean"], out["all_k_ci_low"], out["all_k_ci_high"]) == \
+        pytest.approx((1 / 3, *wilson_interval(1, 3)))
+    with pytest.raises(ValueError, match=r"\[k, tasks\] array"):
+        best_and_worst_of_k(np.zeros(3))
+
+
+def test_task_rewards_mark_failed_episodes():
+    conv = Conversation(prompt_ids=np.arange(1, 3), response_ids=np.arange(3, 5), logprobs=np.zeros(2, np.float32))
+    rounds = [[Trajectory([conv], reward=1.0), Trajectory([conv], reward=0.0, failure="env raised")],
+              [Trajectory([conv], reward=0.5), Trajectory([conv], reward=1.0)]]
+    got = task_rewards(rounds)
+    assert got.shape == (2, 2) and got[0, 0] == 1.0 and np.isnan(got[0, 1]) and got[1].tolist() == [0.5, 1.0]

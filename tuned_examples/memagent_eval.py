@@ -8,6 +8,12 @@ facts and adds distractor documents as the length grows). Per policy and length:
 95% interval, the paired change against the warm-start on the same questions (with its interval), sub_em (the
 paper's definition, envs.qa_metrics.sub_em) and F1, peak tokens per call and total tokens per task. Writes
 length.json, length.md (the table) and length.png (accuracy and peak tokens per call against length) to --out.
+
+Greedy by default. With --samples K --temperature T every policy answers each question K times at T instead (what
+RL trains on): accuracy is then the mean over the K answers, and the table adds pass@K (any answer right) and
+all-K-right, each with its interval and its change against the warm-start:
+
+    python tuned_examples/memagent_eval.py --multipliers 1 --num-tasks 500 --samples 4 --temperature 1
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import evaluate_checkpoint, heldout_tasks
-from memrl.stats import paired_interval
+from memrl.stats import paired_interval, task_rewards
 from tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
@@ -51,9 +57,14 @@ def document_tokens(env_config: dict, num_tasks: int, seed: int) -> float:
     return float(np.mean(counts))
 
 
+SAMPLED = ("pass_at_k", "all_k")
+"""Figures of a sampled evaluation beside accuracy: each question's best and worst of its K answers."""
+
+
 def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, engine: str,
-                 seed: int = 0) -> list[dict]:
-    """One row per (policy, length): accuracy with its interval and the token figures."""
+                 seed: int = 0, temperature: float = 0.0, samples: int = 1) -> list[dict]:
+    """One row per (policy, length): accuracy with its interval and the token figures (greedy, or the mean of
+    `samples` answers per question at `temperature`, with pass@k and all-k-right)."""
     doc_tokens = {m: document_tokens(cpu_task("memagent", runs[0][1], NUM_DOCS * m)[0], num_tasks, seed)
                   for m in multipliers}
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
@@ -62,9 +73,12 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
         configs = [cpu_task(workflow, tokenizer_path=path, num_docs=NUM_DOCS * m) for m in multipliers]
         results = evaluate_checkpoint(str(path), "memrl/ChunkStream-v0", [env for env, _ in configs], workflow,
                                       configs[0][1], num_tasks, max_tokens=MEMORY_TOKENS, engine=engine,
-                                      engine_config=engine_config, seed=seed)
+                                      engine_config=engine_config, seed=seed, temperature=temperature,
+                                      samples=samples)
         for m, (summary, trajectories) in zip(multipliers, results):
-            rewards[name, m] = [t.reward if not t.failure else float("nan") for t in trajectories]
+            per_round = task_rewards([trajectories[r * num_tasks:(r + 1) * num_tasks] for r in range(samples)])
+            rewards[name, m] = {"accuracy": per_round.mean(axis=0), "pass_at_k": per_round.max(axis=0),
+                                "all_k": per_round.min(axis=0)}  # NaN where any answer's episode failed
             row = {
                 "policy": name, "workflow": workflow, "multiplier": m, "num_docs": NUM_DOCS * m,
                 "document_tokens": doc_tokens[m], "num_tasks": int(summary["num_tasks"]),
@@ -72,7 +86,12 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
                 "ci_high": summary["reward_ci_high"], "sub_em": summary["sub_em_mean"], "f1": summary["f1_mean"],
                 "peak_tokens_per_call": summary["peak_context_tokens_max"],
                 "total_tokens_per_task": summary["total_tokens_mean"], "calls_per_task": summary["num_calls_mean"],
+                "temperature": temperature, "samples": samples,
             }
+            if samples > 1:
+                for key in SAMPLED:
+                    row.update({key: summary[f"{key}_mean"], f"{key}_ci_low": summary[f"{key}_ci_low"],
+                                f"{key}_ci_high": summary[f"{key}_ci_high"]})
             rows.append(row)
             print(f"{name:>22} x{m:<3} accuracy {row['accuracy']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]  "
                   f"peak tokens/call {row['peak_tokens_per_call']:.0f}  tokens/task {row['total_tokens_per_task']:.0f}",
@@ -80,24 +99,39 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
     for row in rows:  # each policy against the warm-start, paired on the same questions
         base = rewards.get((WARM_START_NAME, row["multiplier"]))
         if base is not None and row["policy"] != WARM_START_NAME:
-            pairs = [(b, a) for b, a in zip(base, rewards[row["policy"], row["multiplier"]])
-                     if not (np.isnan(b) or np.isnan(a))]
-            change = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
-            row.update(zip(("change_vs_warm_start", "change_ci_low", "change_ci_high"), change))
+            mine = rewards[row["policy"], row["multiplier"]]
+            for key in ("accuracy", *(SAMPLED if samples > 1 else ())):
+                pairs = [(b, a) for b, a in zip(base[key], mine[key]) if not (np.isnan(b) or np.isnan(a))]
+                change = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
+                prefix = "change" if key == "accuracy" else f"{key}_change"
+                name = "change_vs_warm_start" if key == "accuracy" else prefix
+                names = (name, f"{prefix}_ci_low", f"{prefix}_ci_high")
+                row.update(zip(names, change))
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    """The table, one line per (policy, length)."""
-    lines = ["| policy | length | docs | doc tokens | accuracy (EM) [95% CI] | change vs warm-start, paired [95% CI] "
-             "| sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | tokens/task |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """The table, one line per (policy, length); a sampled evaluation adds pass@k and all-k-right."""
+    sampled = rows and "pass_at_k" in rows[0]
+    k = rows[0]["samples"] if sampled else 1
+    head = "accuracy (EM) [95% CI]" if not sampled else f"accuracy, mean of {k} samples at T={rows[0]['temperature']:g}"
+    extra = f" pass@{k} | change, paired | all {k} right | change, paired |" if sampled else ""
+    lines = [f"| policy | length | docs | doc tokens | {head} | change vs warm-start, paired [95% CI] "
+             f"| sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | tokens/task |{extra}",
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (4 if sampled else 0)]
+
+    def change(r: dict, name: str, prefix: str) -> str:
+        return f"{r[name]:+.3f} [{r[prefix + '_ci_low']:+.3f}, {r[prefix + '_ci_high']:+.3f}]" if name in r else ""
+
     for r in rows:
-        change = (f"{r['change_vs_warm_start']:+.3f} [{r['change_ci_low']:+.3f}, {r['change_ci_high']:+.3f}]"
-                  if "change_vs_warm_start" in r else "")
-        lines.append(f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
-                     f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {change} | {r['sub_em']:.3f} | "
-                     f"{r['f1']:.3f} | {r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
+        line = (f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
+                f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | "
+                f"{change(r, 'change_vs_warm_start', 'change')} | {r['sub_em']:.3f} | "
+                f"{r['f1']:.3f} | {r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
+        for key in SAMPLED if sampled else ():
+            line += (f" {r[key]:.3f} [{r[key + '_ci_low']:.3f}, {r[key + '_ci_high']:.3f}] | "
+                     f"{change(r, key + '_change', key + '_change')} |")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +172,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
                    help="document lengths as multiples of the training length")
     p.add_argument("--num-tasks", type=int, default=200, help="held-out questions per length")
+    p.add_argument("--samples", type=int, default=1, help="answers per question (> 1 needs --temperature > 0)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="inference engine")
     p.add_argument("--out", type=Path, default=RUNS / "memagent_eval", help="where to write the table and plot")
     args = p.parse_args(argv)
@@ -145,9 +181,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     warm_start = require_checkpoint(p, "--warm-start", args.warm_start)
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
+    if args.samples < 1 or args.temperature < 0 or (args.samples > 1 and args.temperature == 0):
+        p.error(f"--samples must be >= 1 and --temperature >= 0, with --temperature > 0 when --samples > 1; got "
+                f"--samples {args.samples} --temperature {args.temperature}")
     init_ray(0)
     measured = policies(trained, warm_start)
-    rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine)
+    rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine,
+                        temperature=args.temperature, samples=args.samples)
     budgets = budget_table([(name, path) for name, path, _ in measured])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "length.json").write_text(json.dumps(rows, indent=1))

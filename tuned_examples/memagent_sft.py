@@ -32,8 +32,10 @@ class Stage:
     num_train_tasks: int
     """Expert episodes whose calls are the training rows; held-out episodes come from the next seeds."""
     lr_schedule: str = "constant"
-    """training.lr_schedule over the stage: "linear" or "cosine" decay lr 1e-3 to 0 at its last step (after one
-    warm-up step, since the stage starts a fresh optimizer)."""
+    """training.lr_schedule over the stage: "linear" or "cosine" decay lr 1e-3 to 1e-3 * lr_min_ratio at its last
+    step (after one warm-up step, since the stage starts a fresh optimizer)."""
+    lr_min_ratio: float = 0.0
+    """Where a decaying schedule ends, as a share of 1e-3 (training.lr_min_ratio)."""
 
 
 STAGES = {
@@ -80,8 +82,9 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
               .env_runners(workflow=workflow, workflow_config=workflow_config)
               .learners(model_path=model, num_learners=2, token_budget=4096)
               .training(lr=1e-3, lr_schedule=stage.lr_schedule, lr_warmup_steps=1 if decays else 0,
-                        lr_decay_steps=stage.steps if decays else 0, batch_size=64, steps=stage.steps,
-                        steps_per_iteration=min(150, stage.steps), num_train_tasks=stage.num_train_tasks)
+                        lr_decay_steps=stage.steps if decays else 0, lr_min_ratio=stage.lr_min_ratio, batch_size=64,
+                        steps=stage.steps, steps_per_iteration=min(150, stage.steps),
+                        num_train_tasks=stage.num_train_tasks)
               .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"num_docs": NUM_DOCS})
               .debugging(seed=seed))
     return sft.run(config, Path(out).resolve())
@@ -109,6 +112,10 @@ def main() -> None:
                    "first stage's)")
     p.add_argument("--lr-schedule", choices=("constant", "linear", "cosine"), default="constant",
                    help="learning rate over the stage (with --steps; Stage.lr_schedule)")
+    p.add_argument("--lr-min-ratio", type=float, default=0.0,
+                   help="where a decaying --lr-schedule ends, as a share of the peak 1e-3 (with --steps)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the stage's row order (with --steps; a full build "
+                   "seeds each stage with its index)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
@@ -119,8 +126,9 @@ def main() -> None:
     for workflow in args.workflow or sorted(STAGES):
         out = args.out / f"{workflow}_sft"
         if args.steps:
-            stage = Stage(args.steps, args.num_train_tasks or STAGES[workflow][0].num_train_tasks, args.lr_schedule)
-            build(workflow, out, stage, args.num_eval_tasks, args.init)
+            stage = Stage(args.steps, args.num_train_tasks or STAGES[workflow][0].num_train_tasks, args.lr_schedule,
+                          args.lr_min_ratio)
+            build(workflow, out, stage, args.num_eval_tasks, args.init, seed=args.seed)
         else:
             build_all(workflow, out, args.num_eval_tasks)
 

@@ -139,6 +139,26 @@ def test_length_evaluation_pairs_with_the_given_warm_start(tmp_path, capsys):
     with pytest.raises(SystemExit):
         memagent_eval.main(["--policy", str(WARM_START), "--warm-start", str(tmp_path)])
     assert f"--warm-start {tmp_path} is not a Hugging Face checkpoint" in capsys.readouterr().err
+    # More than one answer per question needs a temperature: greedy answers would repeat each other.
+    with pytest.raises(SystemExit):
+        memagent_eval.main(["--policy", str(WARM_START), "--samples", "4"])
+    assert "with --temperature > 0 when --samples > 1" in capsys.readouterr().err
+
+
+def test_a_sampled_length_table_adds_pass_at_k_and_all_k():
+    row = {"policy": "RL-MemAgent", "multiplier": 1, "num_docs": 10, "document_tokens": 128.0, "accuracy": 0.7,
+           "ci_low": 0.65, "ci_high": 0.75, "sub_em": 0.7, "f1": 0.7, "peak_tokens_per_call": 152.0,
+           "total_tokens_per_task": 1250.0, "temperature": 1.0, "samples": 4, "change_vs_warm_start": 0.02,
+           "change_ci_low": -0.01, "change_ci_high": 0.05}
+    for key, value in (("pass_at_k", 0.85), ("all_k", 0.5)):
+        row.update({key: value, f"{key}_ci_low": value - 0.03, f"{key}_ci_high": value + 0.03,
+                    f"{key}_change": -0.02, f"{key}_change_ci_low": -0.05, f"{key}_change_ci_high": 0.01})
+    header, rule, line = memagent_eval.markdown([row]).splitlines()
+    assert "mean of 4 samples at T=1" in header
+    assert header.endswith("pass@4 | change, paired | all 4 right | change, paired |")
+    assert rule.count("|") == header.count("|") == line.count("|")
+    assert line.endswith("| 0.850 [0.820, 0.880] | -0.020 [-0.050, +0.010] | 0.500 [0.470, 0.530] | "
+                         "-0.020 [-0.050, +0.010] |")
 
 
 @pytest.mark.slow
