@@ -3,6 +3,7 @@
 CPU default (the main job):  python tuned_examples/memagent_dapo.py
 GPUs, the paper's preset:    python tuned_examples/memagent_dapo.py --model /ckpt/Qwen2.5-7B-Instruct --num-gpus 16 \\
                                  [--data /data/hotpotqa_train.parquet]
+The full-context baseline, the same RL:  python tuned_examples/memagent_dapo.py --workflow full_context
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (built by
 `tuned_examples/memagent_sft.py` at 10 documents) on synthetic two-hop questions over 10 documents streamed in
@@ -65,15 +66,16 @@ def cpu_task(workflow: str, tokenizer_path: str, num_docs: int | tuple[int, ...]
     raise ValueError(f"cpu_task: workflow={workflow!r} is not allowed; choose 'memagent' or 'full_context'")
 
 
-def config(model: str | Path = WARM_START) -> DAPOConfig:
+def config(model: str | Path = WARM_START, workflow: str = "memagent") -> DAPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration over TRAIN_LENGTHS documents, one vLLM engine, two
     ZeRO-3 learners, one batch sampled ahead, held-out evaluation at 10 documents. Sampling ahead gives 1.40x the
     iterations per minute of the synchronous loop at 10 documents (benchmarks/async_training.py; both phases share
-    the same two cores)."""
-    env_config, workflow_config = cpu_task("memagent", tokenizer_path=model, num_docs=TRAIN_LENGTHS)
+    the same two cores). `workflow` "full_context" gives the full-context baseline (`model`: BASELINE) the same
+    training, one call per question."""
+    env_config, workflow_config = cpu_task(workflow, tokenizer_path=model, num_docs=TRAIN_LENGTHS)
     return (DAPOConfig()
             .environment("memrl/ChunkStream-v0", env_config=env_config)
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=64, workflow="memagent",
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=64, workflow=workflow,
                          workflow_config=workflow_config, engine="vllm", max_tokens=MEMORY_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=str(model), num_learners=2, token_budget=32768)
@@ -111,8 +113,16 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", help="GPU runs: local training file (MemAgent's eval/training files or question, "
                    "context, answers rows; README 'Data files'), else synthetic tasks")
+    p.add_argument("--workflow", choices=("memagent", "full_context"), default="memagent",
+                   help="CPU runs: train MemAgent (from its warm-start) or the full-context baseline (from its own, "
+                   "the same settings; writes runs/memagent_dapo_full_context by default)")
     args = p.parse_args()
-    run_example(p, args, Path(__file__).stem, lambda: config(args.model or WARM_START),
+    if args.workflow == "full_context" and args.num_gpus:
+        p.error("--workflow full_context is the CPU baseline; the GPU preset trains MemAgent")
+    baseline = args.workflow == "full_context"
+    name = Path(__file__).stem + ("_full_context" if baseline else "")
+    start = args.model or (BASELINE if baseline else WARM_START)
+    run_example(p, args, name, lambda: config(start, args.workflow),
                 lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=CPU_ITERATIONS)
 
 

@@ -40,11 +40,13 @@ TRAINED = RUNS / "memagent_dapo" / "model"
 """Where tuned_examples/memagent_dapo.py writes the trained policy."""
 
 
-def policies(trained: Path | None, warm_start: Path = WARM_START) -> list[tuple[str, Path, str]]:
+def policies(trained: Path | None, warm_start: Path = WARM_START, baseline: Path = BASELINE
+             ) -> list[tuple[str, Path, str]]:
     """(name, checkpoint, workflow) of each policy to measure; the trained one only when given. `warm_start` is the
-    MemAgent policy the trained one started from (the shipped one by default)."""
+    MemAgent policy the trained one started from (the shipped one by default); `baseline` the full-context one (the
+    shipped SFT one by default, or one trained by `memagent_dapo.py --workflow full_context`)."""
     rows = [("RL-MemAgent", trained, "memagent")] if trained is not None else []
-    return rows + [(WARM_START_NAME, warm_start, "memagent"), ("full-context baseline", BASELINE, "full_context")]
+    return rows + [(WARM_START_NAME, warm_start, "memagent"), ("full-context baseline", baseline, "full_context")]
 
 
 def document_tokens(env_config: dict, num_tasks: int, seed: int) -> float:
@@ -169,6 +171,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--warm-start", type=Path, default=WARM_START,
                    help="the MemAgent checkpoint the trained policy started from, which the others are paired with "
                         "(default: the shipped warm-start)")
+    p.add_argument("--baseline", type=Path, default=BASELINE,
+                   help="the full-context baseline's checkpoint (default: the shipped SFT one; "
+                        "runs/memagent_dapo_full_context/model after memagent_dapo.py --workflow full_context)")
     p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
                    help="document lengths as multiples of the training length")
     p.add_argument("--num-tasks", type=int, default=200, help="held-out questions per length")
@@ -179,13 +184,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     trained = trained_policy(p, args.policy, TRAINED)
     warm_start = require_checkpoint(p, "--warm-start", args.warm_start)
+    baseline = require_checkpoint(p, "--baseline", args.baseline)
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
     if args.samples < 1 or args.temperature < 0 or (args.samples > 1 and args.temperature == 0):
         p.error(f"--samples must be >= 1 and --temperature >= 0, with --temperature > 0 when --samples > 1; got "
                 f"--samples {args.samples} --temperature {args.temperature}")
     init_ray(0)
-    measured = policies(trained, warm_start)
+    measured = policies(trained, warm_start, baseline)
     rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine,
                         temperature=args.temperature, samples=args.samples)
     budgets = budget_table([(name, path) for name, path, _ in measured])

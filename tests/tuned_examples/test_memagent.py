@@ -8,9 +8,10 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from memrl.sft import SUMMARY_FILE
-from tuned_examples import memagent_eval, memagent_sft
+from tuned_examples import memagent_dapo, memagent_eval, memagent_sft
 from tuned_examples.common import train, training_budget
 from tuned_examples.memagent_dapo import (
+    BASELINE,
     BASELINE_WINDOW,
     CPU_ITERATIONS,
     MEMORY_TOKENS,
@@ -41,6 +42,14 @@ def test_cpu_default_trains_and_scores_at_the_base_length():
     cfg.validate()
     assert cfg.environment_cfg.env_config["num_docs"] == TRAIN_LENGTHS == (NUM_DOCS,)
     assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
+    # The full-context baseline gets the same training: only the workflow, its window and the whole document differ.
+    base = config(BASELINE, "full_context")
+    base.validate()
+    assert base.env_runners_cfg.workflow == "full_context" and base.env_runners_cfg.workflow_config == {
+        "max_context_tokens": BASELINE_WINDOW}
+    assert base.environment_cfg.env_config == {**cfg.environment_cfg.env_config, "stream": False,
+                                               "tokenizer_path": str(BASELINE)}
+    assert base.training_cfg == cfg.training_cfg and base.evaluation_cfg == cfg.evaluation_cfg
 
 
 def test_the_baseline_build_gets_the_rl_policys_budget():
@@ -50,6 +59,14 @@ def test_the_baseline_build_gets_the_rl_policys_budget():
     assert [s.lr_schedule for s in base] == [s.lr_schedule for s in agent]
     assert sum(s.steps for s in base) >= sum(s.steps for s in agent) + CPU_ITERATIONS
     assert all(b.num_train_tasks >= 5 * a.num_train_tasks for a, b in zip(agent, base))
+
+
+def test_the_baseline_is_trained_on_cpu_only(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["memagent_dapo.py", "--workflow", "full_context", "--num-gpus", "2",
+                                     "--model", "/ckpt"])
+    with pytest.raises(SystemExit):
+        memagent_dapo.main()
+    assert "--workflow full_context is the CPU baseline" in capsys.readouterr().err
 
 
 def test_cpu_task_rejects_unknown_workflows():
@@ -131,14 +148,18 @@ def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_
 
 
 def test_length_evaluation_pairs_with_the_given_warm_start(tmp_path, capsys):
-    names = memagent_eval.policies(tmp_path / "rl", warm_start=tmp_path / "ws")
-    assert [(n, p) for n, p, _ in names][:2] == [("RL-MemAgent", tmp_path / "rl"),
-                                                 (memagent_eval.WARM_START_NAME, tmp_path / "ws")]
-    assert memagent_eval.policies(None)[0][1] == WARM_START
+    names = memagent_eval.policies(tmp_path / "rl", warm_start=tmp_path / "ws", baseline=tmp_path / "fc")
+    assert [(n, p) for n, p, _ in names] == [("RL-MemAgent", tmp_path / "rl"),
+                                             (memagent_eval.WARM_START_NAME, tmp_path / "ws"),
+                                             ("full-context baseline", tmp_path / "fc")]
+    assert memagent_eval.policies(None)[0][1] == WARM_START and memagent_eval.policies(None)[1][1] == BASELINE
     # A warm-start that is not a checkpoint is refused before Ray or any engine starts.
     with pytest.raises(SystemExit):
         memagent_eval.main(["--policy", str(WARM_START), "--warm-start", str(tmp_path)])
     assert f"--warm-start {tmp_path} is not a Hugging Face checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        memagent_eval.main(["--policy", str(WARM_START), "--baseline", str(tmp_path)])
+    assert f"--baseline {tmp_path} is not a Hugging Face checkpoint" in capsys.readouterr().err
     # More than one answer per question needs a temperature: greedy answers would repeat each other.
     with pytest.raises(SystemExit):
         memagent_eval.main(["--policy", str(WARM_START), "--samples", "4"])
