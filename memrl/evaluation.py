@@ -36,6 +36,14 @@ def sample_heldout(group: EnvRunnerGroup, num_tasks: int, seed: int, sample=None
     return from_arrow(table)
 
 
+def check_sampling(samples: int, temperature: float) -> None:
+    """Raise a ValueError unless `samples` answers per task at `temperature` make sense: samples >= 1,
+    temperature >= 0, and temperature > 0 when samples > 1 (greedy rounds would repeat each other)."""
+    if not isinstance(samples, int) or samples < 1 or temperature < 0 or (samples > 1 and temperature == 0):
+        raise ValueError(f"samples must be an integer >= 1 and temperature >= 0, with temperature > 0 when samples "
+                         f"> 1; got samples={samples!r}, temperature={temperature!r}")
+
+
 def evaluate_checkpoint(
     model_path: str,
     env: str,
@@ -67,9 +75,7 @@ def evaluate_checkpoint(
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
         raise ValueError(f"num_tasks must be a positive int or one positive count per env config "
                          f"({len(env_configs)}), got {num_tasks!r}")
-    if not isinstance(samples, int) or samples < 1 or temperature < 0 or (samples > 1 and temperature == 0):
-        raise ValueError(f"samples must be an integer >= 1 and temperature >= 0, with temperature > 0 when samples "
-                         f"> 1; got samples={samples!r}, temperature={temperature!r}")
+    check_sampling(samples, temperature)
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results, group = [], None
     try:

@@ -86,18 +86,24 @@ def task_rewards(rounds: list[list[Trajectory]]) -> np.ndarray:
     return np.array([[float("nan") if t.failure else t.reward for t in trajs] for trajs in rounds], dtype=np.float64)
 
 
+def per_task_of_k(rewards: np.ndarray) -> dict[str, np.ndarray]:
+    """Each task's figures from k samples ([k, tasks] rewards): "reward" (its mean), "pass_at_k" (its best) and
+    "all_k" (its worst); NaN for a task with a failed round."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if rewards.ndim != 2 or rewards.shape[0] < 1:
+        raise ValueError(f"k samples per task need a [k, tasks] array with k >= 1, got shape {rewards.shape}")
+    return {"reward": rewards.mean(axis=0), "pass_at_k": rewards.max(axis=0), "all_k": rewards.min(axis=0)}
+
+
 def best_and_worst_of_k(rewards: np.ndarray) -> dict[str, float]:
     """Figures of k samples per task ([k, tasks] rewards; tasks with a failed round are left out), each a mean over
     tasks with its 95% interval: reward (the task's mean over its samples; the interval is over tasks, since a task's
     samples are not independent), pass_at_k (its best sample: for 0/1 rewards, any right) and all_k (its worst: all
     right). num_tasks and samples say what they are over."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    if rewards.ndim != 2 or rewards.shape[0] < 1:
-        raise ValueError(f"best_and_worst_of_k needs a [k, tasks] array with k >= 1, got shape {rewards.shape}")
-    scored = rewards[:, ~np.isnan(rewards).any(axis=0)]
-    out = {"num_tasks": float(scored.shape[1]), "samples": float(rewards.shape[0])}
-    for name, per_task, interval in (("reward", scored.mean(axis=0), mean_interval),
-                                     ("pass_at_k", scored.max(axis=0), reward_interval),
-                                     ("all_k", scored.min(axis=0), reward_interval)):
-        out[f"{name}_mean"], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = interval(per_task)
+    figures = per_task_of_k(rewards)
+    scored = ~np.isnan(figures["reward"])
+    out = {"num_tasks": float(scored.sum()), "samples": float(np.shape(rewards)[0])}
+    for name, per_task in figures.items():
+        interval = mean_interval if name == "reward" else reward_interval
+        out[f"{name}_mean"], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = interval(per_task[scored])
     return out

@@ -27,8 +27,8 @@ import matplotlib
 import numpy as np
 
 import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
-from memrl.evaluation import evaluate_checkpoint, heldout_tasks
-from memrl.stats import paired_interval, task_rewards
+from memrl.evaluation import check_sampling, evaluate_checkpoint, heldout_tasks
+from memrl.stats import paired_interval, per_task_of_k, task_rewards
 from tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
@@ -78,9 +78,9 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
                                       engine_config=engine_config, seed=seed, temperature=temperature,
                                       samples=samples)
         for m, (summary, trajectories) in zip(multipliers, results):
-            per_round = task_rewards([trajectories[r * num_tasks:(r + 1) * num_tasks] for r in range(samples)])
-            rewards[name, m] = {"accuracy": per_round.mean(axis=0), "pass_at_k": per_round.max(axis=0),
-                                "all_k": per_round.min(axis=0)}  # NaN where any answer's episode failed
+            # NaN where any answer's episode failed
+            rewards[name, m] = per_task_of_k(task_rewards([trajectories[r * num_tasks:(r + 1) * num_tasks]
+                                                           for r in range(samples)]))
             row = {
                 "policy": name, "workflow": workflow, "multiplier": m, "num_docs": NUM_DOCS * m,
                 "document_tokens": doc_tokens[m], "num_tasks": int(summary["num_tasks"]),
@@ -102,12 +102,11 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
         base = rewards.get((WARM_START_NAME, row["multiplier"]))
         if base is not None and row["policy"] != WARM_START_NAME:
             mine = rewards[row["policy"], row["multiplier"]]
-            for key in ("accuracy", *(SAMPLED if samples > 1 else ())):
+            for key in ("reward", *(SAMPLED if samples > 1 else ())):
                 pairs = [(b, a) for b, a in zip(base[key], mine[key]) if not (np.isnan(b) or np.isnan(a))]
                 change = paired_interval([b for b, _ in pairs], [a for _, a in pairs])
-                prefix = "change" if key == "accuracy" else f"{key}_change"
-                name = "change_vs_warm_start" if key == "accuracy" else prefix
-                names = (name, f"{prefix}_ci_low", f"{prefix}_ci_high")
+                names = (("change_vs_warm_start", "change_ci_low", "change_ci_high") if key == "reward" else
+                         (f"{key}_change", f"{key}_change_ci_low", f"{key}_change_ci_high"))
                 row.update(zip(names, change))
     return rows
 
@@ -187,7 +186,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     baseline = require_checkpoint(p, "--baseline", args.baseline)
     if min(args.multipliers) < 1 or args.num_tasks < 1:
         p.error("--multipliers and --num-tasks must be positive integers")
-    if args.samples < 1 or args.temperature < 0 or (args.samples > 1 and args.temperature == 0):
+    try:  # before Ray or any engine starts
+        check_sampling(args.samples, args.temperature)
+    except ValueError:
         p.error(f"--samples must be >= 1 and --temperature >= 0, with --temperature > 0 when --samples > 1; got "
                 f"--samples {args.samples} --temperature {args.temperature}")
     init_ray(0)
