@@ -249,7 +249,8 @@ class ChunkStreamEnv(gym.Env):
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
     stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
-    format_ok) and "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
+    format_ok; with gold-fact labels also facts_held, all_facts_held and distractors_held, read from the last memory
+    in stream mode and from the answer's quotes without it) and "answers". Task seed = reset seed + seed_offset (a drawn seed when reset gets none).
 
     score_memories=True scores each memory the agent writes against what it was given (tasks with gold facts only):
     1.0 when it keeps every gold fact the previous memory held and every one the chunk just read completes, and
@@ -322,7 +323,7 @@ class ChunkStreamEnv(gym.Env):
         self._memory_scores: list[float] = []
         # A distractor document's text after its "Document N:" label, if it has one.
         self._distractors = [d.split(": ", 1)[-1] for d in self.task.documents
-                             if not any(f in d for f in self.task.gold_facts)] if self.score_memories else []
+                             if not any(f in d for f in self.task.gold_facts)]
         return (self.chunks[0] if self.stream else self.task.context), self._info()
 
     @property
@@ -352,11 +353,22 @@ class ChunkStreamEnv(gym.Env):
             "sub_em_authors_code": sub_em(prediction, answers, variant="authors_code"),
             "format_ok": float(boxed is not None),
         }
+        if self.task.gold_facts:
+            # What the answer rests on: the last memory (MemAgent's answer call sees only it) or the answer's own
+            # quotes (the full-context reader), to tell a lost fact from a wrong answer over the right ones.
+            metrics.update(self._facts_in(self._memory if self.stream else text))
         info = {**self._info(), "metrics": metrics, "answers": answers}
         if self.score_memories and self.stream:
             metrics["memory_score"] = float(np.mean(self._memory_scores))
             info["row_rewards"] = [*self._memory_scores, metrics["em"]]
         return "", metrics["em"], True, False, info
+
+    def _facts_in(self, text: str) -> dict[str, float]:
+        """facts_held: the share of the task's gold facts `text` holds; all_facts_held: 1.0 when it holds every one;
+        distractors_held: how many other documents' sentences it holds."""
+        held = [_holds(text, f) for f in self.task.gold_facts]
+        return {"facts_held": float(np.mean(held)), "all_facts_held": float(all(held)),
+                "distractors_held": float(sum(_holds(text, o) for o in self._distractors))}
 
     def _score_memory(self, memory: str) -> float:
         """1.0 when `memory`, written on the current chunk, keeps the gold facts the previous memory held and those

@@ -6,7 +6,9 @@
 Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
 facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
 95% interval, the paired change against the warm-start on the same questions (with its interval), sub_em (the
-paper's definition, envs.qa_metrics.sub_em) and F1, peak tokens per call and total tokens per task. Writes
+paper's definition, envs.qa_metrics.sub_em) and F1, what the answer rested on (the share of questions whose last
+memory, or the baseline's quoted evidence, held both gold facts, and the distractor documents it held), peak tokens
+per call and total tokens per task. Writes
 length.json, length.md (the table) and length.png (accuracy and peak tokens per call against length) to --out.
 
 Greedy by default. With --samples K --temperature T every policy answers each question K times at T instead (what
@@ -86,6 +88,8 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
                 "document_tokens": doc_tokens[m], "num_tasks": int(summary["num_tasks"]),
                 "accuracy": summary["reward_mean"], "ci_low": summary["reward_ci_low"],
                 "ci_high": summary["reward_ci_high"], "sub_em": summary["sub_em_mean"], "f1": summary["f1_mean"],
+                "all_facts_held": summary["all_facts_held_mean"], "facts_held": summary["facts_held_mean"],
+                "distractors_held": summary["distractors_held_mean"],
                 "peak_tokens_per_call": summary["peak_context_tokens_max"],
                 "total_tokens_per_task": summary["total_tokens_mean"], "calls_per_task": summary["num_calls_mean"],
                 "temperature": temperature, "samples": samples,
@@ -118,8 +122,9 @@ def markdown(rows: list[dict]) -> str:
     head = "accuracy (EM) [95% CI]" if not sampled else f"accuracy, mean of {k} samples at T={rows[0]['temperature']:g}"
     extra = f" pass@{k} | change, paired | all {k} right | change, paired |" if sampled else ""
     lines = [f"| policy | length | docs | doc tokens | {head} | change vs warm-start, paired [95% CI] "
-             f"| sub_em (paper's: contains a gold answer) | F1 | peak tokens/call | tokens/task |{extra}",
-             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (4 if sampled else 0)]
+             f"| sub_em (paper's: contains a gold answer) | F1 | both gold facts held | distractors held "
+             f"| peak tokens/call | tokens/task |{extra}",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (4 if sampled else 0)]
 
     def change(r: dict, name: str, prefix: str) -> str:
         return f"{r[name]:+.3f} [{r[prefix + '_ci_low']:+.3f}, {r[prefix + '_ci_high']:+.3f}]" if name in r else ""
@@ -128,7 +133,8 @@ def markdown(rows: list[dict]) -> str:
         line = (f"| {r['policy']} | {r['multiplier']}x | {r['num_docs']} | {r['document_tokens']:.0f} | "
                 f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | "
                 f"{change(r, 'change_vs_warm_start', 'change')} | {r['sub_em']:.3f} | "
-                f"{r['f1']:.3f} | {r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
+                f"{r['f1']:.3f} | {r['all_facts_held']:.3f} | {r['distractors_held']:.2f} | "
+                f"{r['peak_tokens_per_call']:.0f} | {r['total_tokens_per_task']:.0f} |")
         for key in SAMPLED if sampled else ():
             line += (f" {r[key]:.3f} [{r[key + '_ci_low']:.3f}, {r[key + '_ci_high']:.3f}] | "
                      f"{change(r, key + '_change', key + '_change')} |")

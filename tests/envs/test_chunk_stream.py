@@ -145,8 +145,8 @@ def run_expert(env, seed):
     assert answer == f"\\boxed{{{env.task.answers[0]}}}"
     obs, reward, terminated, truncated, info = env.step(answer)
     assert (obs, reward, terminated, truncated) == ("", 1.0, True, False)
-    assert info["metrics"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0, "sub_em_authors_code": 1.0,
-                               "format_ok": 1.0}
+    assert info["metrics"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0, "sub_em_authors_code": 1.0, "format_ok": 1.0,
+                               "facts_held": 1.0, "all_facts_held": 1.0, "distractors_held": 0.0}
     assert info["answers"] == list(env.task.answers) and info["phase"] == "answer"
     return memories
 
@@ -213,6 +213,32 @@ def test_a_memory_scores_zero_where_it_drops_corrupts_or_adds_a_fact():
     assert info["metrics"]["memory_score"] == pytest.approx(1 - 3 / len(env.chunks))
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_answer_reports_the_facts_it_rested_on(stream):
+    # What the answer was given from: the last memory when streaming, the answer's own quotes without it.
+    env = ChunkStreamEnv(stream=stream, num_docs=12)
+    env.reset(seed=6)
+    hop1, hop2 = env.task.gold_facts
+    others = [d.split(": ", 1)[1] for d in env.task.documents if hop1 not in d and hop2 not in d]
+    boxed = f"\\boxed{{{env.task.answers[0]}}}"
+    held = f"{hop1} {others[0]} {others[3]}"  # hop 2 lost (or never quoted), two distractors written
+    if stream:
+        while env.phase == "memory":
+            env.step(held)
+        _, reward, _, _, info = env.step(boxed)
+    else:
+        _, reward, _, _, info = env.step(f"Evidence: {held} {boxed}")
+    assert reward == 1.0  # the answer itself is right
+    assert {k: info["metrics"][k] for k in ("facts_held", "all_facts_held", "distractors_held")} == {
+        "facts_held": 0.5, "all_facts_held": 0.0, "distractors_held": 2.0}
+    env.reset(seed=6)
+    while env.phase == "memory":
+        env.step(env.expert_action())
+    _, _, _, _, info = env.step(env.expert_action())
+    assert (info["metrics"]["facts_held"], info["metrics"]["all_facts_held"],
+            info["metrics"]["distractors_held"]) == (1.0, 1.0, 0.0)
+
+
 def test_expert_with_tokenizer_chunks(tokenizer_path):
     env = ChunkStreamEnv(chunk_tokens=20, tokenizer_path=tokenizer_path, num_docs=12)
     for seed in range(5):
@@ -266,8 +292,9 @@ def test_wrong_and_unformatted_answers_score_zero():
     env = ChunkStreamEnv()
     play_to_answer(env, 0)
     _, reward, _, _, info = env.step("\\boxed{Nowhere}")
-    assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0,
-                                                      "sub_em_authors_code": 0.0, "format_ok": 1.0}
+    assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0, "sub_em_authors_code": 0.0,
+                                                  "format_ok": 1.0, "facts_held": 0.0, "all_facts_held": 0.0,
+                                                  "distractors_held": 0.0}
     play_to_answer(env, 0)
     answer = env.task.answers[0]
     _, reward, _, _, info = env.step(f"The answer is {answer}.")  # right city, no box

@@ -168,7 +168,8 @@ def test_length_evaluation_pairs_with_the_given_warm_start(tmp_path, capsys):
 
 def test_a_sampled_length_table_adds_pass_at_k_and_all_k():
     row = {"policy": "RL-MemAgent", "multiplier": 1, "num_docs": 10, "document_tokens": 128.0, "accuracy": 0.7,
-           "ci_low": 0.65, "ci_high": 0.75, "sub_em": 0.7, "f1": 0.7, "peak_tokens_per_call": 152.0,
+           "ci_low": 0.65, "ci_high": 0.75, "sub_em": 0.7, "f1": 0.7, "all_facts_held": 0.75,
+           "distractors_held": 0.125, "peak_tokens_per_call": 152.0,
            "total_tokens_per_task": 1250.0, "temperature": 1.0, "samples": 4, "change_vs_warm_start": 0.02,
            "change_ci_low": -0.01, "change_ci_high": 0.05}
     for key, value in (("pass_at_k", 0.85), ("all_k", 0.5)):
@@ -178,6 +179,7 @@ def test_a_sampled_length_table_adds_pass_at_k_and_all_k():
     assert "mean of 4 samples at T=1" in header
     assert header.endswith("pass@4 | change, paired | all 4 right | change, paired |")
     assert rule.count("|") == header.count("|") == line.count("|")
+    assert "| both gold facts held | distractors held |" in header and "| 0.750 | 0.12 | 152 | 1250 |" in line
     assert line.endswith("| 0.850 [0.820, 0.880] | -0.020 [-0.050, +0.010] | 0.500 [0.470, 0.530] | "
                          "-0.020 [-0.050, +0.010] |")
 
@@ -195,6 +197,10 @@ def test_length_table_of_the_shipped_policies(ray_session, tmp_path):
     base = [by["full-context baseline", m]["peak_tokens_per_call"] for m in (1, 4)]
     assert base[0] < base[1] <= BASELINE_WINDOW + MEMORY_TOKENS
     assert by["MemAgent warm-start", 1]["accuracy"] >= 0.3
+    # What each answer rested on (its last memory, or the baseline's quotes): shares of questions and counts.
+    for r in rows:
+        assert 0 <= r["all_facts_held"] <= r["facts_held"] <= 1 and r["distractors_held"] >= 0
+    assert by["MemAgent warm-start", 1]["all_facts_held"] >= 0.3
     # The baseline is paired with the warm-start on the same questions; the warm-start has no change of its own.
     base_1x, agent_1x = by["full-context baseline", 1], by["MemAgent warm-start", 1]
     assert base_1x["change_vs_warm_start"] == pytest.approx(base_1x["accuracy"] - agent_1x["accuracy"])
