@@ -116,15 +116,18 @@ class MicroBatch:
         index = torch.searchsorted(keep, self.logit_index).clamp(max=keep.numel() - 1)
         return keep, dataclasses.replace(self, logit_index=index)
 
-    def logprobs_and_entropy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def logprobs_and_entropy(self, logits: torch.Tensor, entropy_grad: bool = True
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, T] logprob of each response token and entropy of its predicting distribution, from [B, S, V] logits.
 
         Only the response positions are put through log-softmax (in float32), so prompts cost no vocab-sized work.
+        entropy_grad False computes the entropy as a figure only, outside autograd.
         """
         index = self.logit_index.to(logits.device).unsqueeze(-1).expand(-1, -1, logits.shape[-1])
         logp = torch.log_softmax(torch.gather(logits, 1, index).float(), dim=-1)
         token_logp = logp.gather(-1, self.response_ids.to(logits.device).unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = -(logp.exp() * logp).sum(-1)
         mask = self.response_mask.to(logits.device)
         return token_logp * mask, entropy * mask
 

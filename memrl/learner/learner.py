@@ -281,7 +281,7 @@ class Learner:
                         num_tokens,
                     )
                 else:
-                    logprobs, entropy = mb.logprobs_and_entropy(logits)
+                    logprobs, entropy = mb.logprobs_and_entropy(logits, entropy_grad=loss_config.entropy_coef > 0)
                     loss, metrics = compute_loss(
                         loss_config,
                         logprobs,

@@ -86,6 +86,18 @@ def test_pad_rows_lines_logits_up_with_response_tokens():
     assert [a.tolist() for a in mb.split(torch.arange(6.0).view(2, 3))] == [[0.0, 1.0], [3.0, 4.0, 5.0]]
 
 
+def test_entropy_is_a_figure_outside_autograd_unless_asked_for():
+    mb = pad_rows([_row([5, 6, 7], [8, 9]), _row([4], [3, 2, 1])])
+    logits = torch.randn(2, 5, 12, requires_grad=True)
+    logprobs, entropy = mb.logprobs_and_entropy(logits, entropy_grad=False)
+    assert logprobs.requires_grad and not entropy.requires_grad
+    kept_logprobs, kept_entropy = mb.logprobs_and_entropy(logits)
+    assert kept_entropy.requires_grad
+    assert torch.equal(entropy, kept_entropy.detach()) and torch.equal(logprobs, kept_logprobs)
+    kept_entropy.sum().backward()
+    assert logits.grad.abs().sum() > 0
+
+
 def test_response_values_pad_and_check_lengths():
     rows = [_row([1], [2, 3], advantages=np.array([0.5, -1.0])), _row([1, 2], [4], advantages=np.array([2.0]))]
     mb = pad_rows(rows)
