@@ -386,8 +386,8 @@ class Algorithm(Recovery, tune.Trainable):
         """training.num_minibatches optimizer steps of `group` (the policy by default), each on the rows of a
         contiguous share of the trajectories.
 
-        Counts (tokens, rows, micro-batches, passes) are summed over the steps; every other metric is their mean;
-        optimizer_steps says how many steps were taken."""
+        Counts (tokens, rows, micro-batches, passes) and the learners' seconds (step_s) are summed over the steps;
+        every other metric is their mean; optimizer_steps says how many steps were taken."""
         train = self.cfg.training_cfg
         group = group or self.learner_group
         owner = np.array([row["trajectory"] for row in rows])
@@ -396,7 +396,7 @@ class Algorithm(Recovery, tune.Trainable):
             picked = np.flatnonzero(np.isin(owner, share))
             steps.append(group.train_step([rows[i] for i in picked], train.loss,
                                           max_tokens=self.cfg.env_runners_cfg.max_tokens))
-        counts = ("tokens", "rows", "micro_batches", "forward_passes")
+        counts = ("tokens", "rows", "micro_batches", "forward_passes", "step_s")
         merged = {k: float(np.sum([s[k] for s in steps]) if k in counts else np.mean([s[k] for s in steps]))
                   for k in steps[0]}
         return {**merged, "optimizer_steps": float(len(steps))}

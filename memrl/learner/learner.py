@@ -257,8 +257,10 @@ class Learner:
         num_tokens / num_seqs count the GLOBAL loss tokens and rows holding any (all ranks), so the
         micro-batch losses of all ranks sum to the step's mean loss. Every rank must call this at the same time.
         Returns this rank's sums (loss, loss metrics, tokens, rows, micro_batches, forward_passes) plus the
-        step's grad_norm (before clipping) and lr.
+        step's grad_norm (before clipping), lr and step_s (this rank's seconds in the call: its compute, without
+        the rows' trip to it).
         """
+        start = time.perf_counter()
         has_ref = check_train_rows(rows, self.config.head, loss_config)
         corrected = self.config.head == "lm" and loss_config.off_policy_correction != "none"
         batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
@@ -314,6 +316,7 @@ class Learner:
             forward_passes=float(num_passes),
             grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
             lr=lr,
+            step_s=time.perf_counter() - start,
         )
         return sums
 

@@ -23,7 +23,9 @@ from memrl.learner.losses import LossConfig
 from memrl.weight_sync import TensorMeta
 
 SAME_ON_ALL_RANKS = ("grad_norm", "lr")
-"""train_step metrics every rank reports identically; the group takes rank 0's. All others are summed."""
+"""train_step metrics every rank reports identically; the group takes rank 0's."""
+SLOWEST = ("step_s",)
+"""train_step metrics the group takes from its slowest rank (the step ends with it). All others are summed."""
 
 
 def split_rows(lengths: Sequence[int], num_ranks: int) -> list[list[int]]:
@@ -189,7 +191,8 @@ class LearnerGroup:
         """One optimizer step on all `rows`, split over the ranks; returns merged metrics.
 
         Loss metrics, tokens, rows and passes are summed over ranks (losses are shares of the global mean,
-        so their sum is the step's value); grad_norm and lr are the same on every rank.
+        so their sum is the step's value); grad_norm and lr are the same on every rank; step_s, the learners'
+        seconds in the step, is the slowest rank's.
         """
         if not rows:
             raise ValueError("train_step needs at least one row")
@@ -205,10 +208,12 @@ class LearnerGroup:
         merged: dict[str, float] = {}
         for result in results:
             for key, value in result.items():
-                if key not in SAME_ON_ALL_RANKS:
+                if key not in SAME_ON_ALL_RANKS + SLOWEST:
                     merged[key] = merged.get(key, 0.0) + value
         for key in SAME_ON_ALL_RANKS:
             merged[key] = results[0][key]
+        for key in SLOWEST:
+            merged[key] = max(result[key] for result in results)
         return merged
 
     def weight_metas(self) -> list[TensorMeta]:

@@ -178,6 +178,8 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     assert learners["optimizer_steps"] == 2
     assert learners["rows"] == result["counters"]["conversations_trained"] == 24
     assert learners["tokens"] == result["env_runners"]["new_tokens"]
+    # The learners' seconds of both steps, summed: within the iteration's time for learning.
+    assert 0 < learners["step_s"] <= result["timers"]["learn_s"]
     algo.stop()
 
 

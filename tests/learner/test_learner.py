@@ -299,7 +299,10 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
                 expected = _hf_logprobs(initial, row, config.logit_temperature)[0].numpy()
                 np.testing.assert_allclose(ref, expected, atol=1e-5, rtol=0)
 
+        started = time.perf_counter()
         metrics = group.train_step(rows, loss_config)
+        # The slowest rank's seconds, within the call's own (a sum over the two ranks would exceed it).
+        assert 0 < metrics["step_s"] <= time.perf_counter() - started
         if step in (0, 1):
             # Ranks ran different numbers of real micro-batches; the short one padded with empty passes.
             assert metrics["forward_passes"] > metrics["micro_batches"]
