@@ -301,7 +301,8 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
 
         started = time.perf_counter()
         metrics = group.train_step(rows, loss_config)
-        # The slowest rank's seconds, within the call's own (a sum over the two ranks would exceed it).
+        # The slowest rank's seconds, within the call's own (summed over the two ranks, which run side by side,
+        # it would be about twice the step).
         assert 0 < metrics["step_s"] <= time.perf_counter() - started
         if step in (0, 1):
             # Ranks ran different numbers of real micro-batches; the short one padded with empty passes.
