@@ -322,9 +322,10 @@ class ChunkStreamEnv(gym.Env):
         self._read_until = np.cumsum([len(c) for c in self.chunks]).tolist()
         self._memory = ""
         self._memory_scores: list[float] = []
-        # A distractor document's text after its "Document N:" label, if it has one.
+        # A distractor document's text after its "Document N:" label, if it has one (read only for tasks with
+        # gold facts: by the memory scores and the answer's figures).
         self._distractors = [d.split(": ", 1)[-1] for d in self.task.documents
-                             if not any(f in d for f in self.task.gold_facts)]
+                             if not any(f in d for f in self.task.gold_facts)] if self.task.gold_facts else []
         return (self.chunks[0] if self.stream else self.task.context), self._info()
 
     @property
