@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,25 +106,34 @@ class MicroBatch:
             out[b, :n] = torch.tensor(values)
         return out
 
-    def logit_positions(self) -> tuple[torch.Tensor, MicroBatch]:
-        """The sorted sequence positions whose logits predict some response token, and this micro-batch with
-        logit_index pointing into that list: a model given them as `logits_to_keep` computes vocab-sized logits
-        there alone (most positions of a row are prompt)."""
-        keep = torch.unique(self.logit_index[self.response_mask > 0])
-        if keep.numel() == 0:
-            keep = torch.zeros(1, dtype=torch.long)
-        index = torch.searchsorted(keep, self.logit_index).clamp(max=keep.numel() - 1)
-        return keep, dataclasses.replace(self, logit_index=index)
+    def at_response(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, D] rows of `x` ([B, S, D] hidden states or logits) at the positions that predict each response
+        token, in response order."""
+        index = self.logit_index.to(x.device).unsqueeze(-1).expand(-1, -1, x.shape[-1])
+        return torch.gather(x, 1, index)
+
+    @contextlib.contextmanager
+    def head_sees_responses(self, model: torch.nn.Module) -> Iterator[None]:
+        """Within it, the output layer of `model` (a causal LM) is given only the hidden states that predict response
+        tokens: its forward returns [B, T, V] logits in response order, and vocab-sized logits exist there alone
+        (a row's prompt is most of it, and the [B, T, H] gather is a V/H-th of one on logits)."""
+        head = model.get_output_embeddings()
+        if head is None:
+            raise ValueError(f"{type(model).__name__} has no output embeddings to compute response logits with")
+        hook = head.register_forward_pre_hook(lambda _, args: (self.at_response(args[0]), *args[1:]))
+        try:
+            yield
+        finally:
+            hook.remove()
 
     def logprobs_and_entropy(self, logits: torch.Tensor, entropy_grad: bool = True
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T] logprob of each response token and entropy of its predicting distribution, from [B, S, V] logits.
+        """[B, T] logprob of each response token and entropy of its predicting distribution (float32), from the
+        [B, T, V] logits that predict the response tokens (`at_response`, `head_sees_responses`).
 
-        Only the response positions are put through log-softmax (in float32), so prompts cost no vocab-sized work.
         entropy_grad False computes the entropy as a figure only, outside autograd.
         """
-        index = self.logit_index.to(logits.device).unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-        logp = torch.log_softmax(torch.gather(logits, 1, index).float(), dim=-1)
+        logp = torch.log_softmax(logits.float(), dim=-1)
         token_logp = logp.gather(-1, self.response_ids.to(logits.device).unsqueeze(-1)).squeeze(-1)
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp.exp() * logp).sum(-1)
@@ -133,9 +142,7 @@ class MicroBatch:
 
     def values(self, logits: torch.Tensor) -> torch.Tensor:
         """[B, T] critic value before each response token, from [B, S, 1] value-head outputs (float32, 0 on padding)."""
-        index = self.logit_index.to(logits.device)
-        values = torch.gather(logits[..., 0].float(), 1, index)
-        return values * self.response_mask.to(logits.device)
+        return self.at_response(logits)[..., 0].float() * self.response_mask.to(logits.device)
 
     def split(self, values: torch.Tensor) -> list[np.ndarray]:
         """Cut a [B, T] tensor into per-row float32 arrays of each row's real response length."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import shutil
 import time
@@ -142,8 +141,6 @@ class Learner:
 
         train_ds = deepspeed_config(config, train=True)
         model = self._load_model()
-        # Hugging Face causal LMs compute vocab-sized logits at the positions given as logits_to_keep only.
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
         )
@@ -186,17 +183,17 @@ class Learner:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
-    def _forward(self, engine, mb: MicroBatch) -> tuple[torch.Tensor, MicroBatch]:
-        """Logits divided by logit_temperature, and the micro-batch whose logit_index points into them: [B, K, V] at
-        the K positions that predict response tokens when the model takes `logits_to_keep`, else [B, S, V] (V = 1
-        for a critic: its values as they are)."""
+    def _forward(self, engine, mb: MicroBatch) -> torch.Tensor:
+        """Policy: the [B, T, V] logits that predict the response tokens, divided by logit_temperature; critic: the
+        [B, S, 1] values as they are."""
         inputs = {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "position_ids": mb.position_ids,
                   "use_cache": False}
-        if self.config.head == "lm" and self._keeps_logits:
-            inputs["logits_to_keep"], mb = mb.logit_positions()
-        logits = engine(**inputs).logits
+        if self.config.head != "lm":
+            return engine(**inputs).logits
+        with mb.head_sees_responses(engine.module):
+            logits = engine(**inputs).logits
         temperature = self.config.logit_temperature
-        return (logits / temperature if self.config.head == "lm" and temperature != 1.0 else logits), mb
+        return logits / temperature if temperature != 1.0 else logits
 
     def _dummy_batch(self) -> MicroBatch:
         # ZeRO-3 gathers parameters collectively in every forward and reduces gradients in every backward,
@@ -238,7 +235,7 @@ class Learner:
                     self._forward(engine, self._dummy_batch())
                     continue
                 mb = pad_rows([rows[j] for j in batches[i]]).to(self.device)
-                logits, mb = self._forward(engine, mb)
+                logits = self._forward(engine, mb)
                 per_row = zip(*(mb.split(t) for t in read(mb, logits)))
                 for j, values in zip(batches[i], per_row):
                     results[j] = values
@@ -271,7 +268,7 @@ class Learner:
             if i < len(batches):
                 mb_rows = [rows[j] for j in batches[i]]
                 mb = pad_rows(mb_rows).to(self.device)
-                logits, mb = self._forward(self.engine, mb)
+                logits = self._forward(self.engine, mb)
                 mask = (mb.response_values(mb_rows, "loss_mask").to(self.device) > 0).float() * mb.response_mask
                 if self.config.head == "value":
                     loss, metrics = value_loss(
@@ -304,7 +301,7 @@ class Learner:
                 sums["loss"] += loss.item()
                 sums["tokens"] += mask.sum().item()
             else:
-                loss = self._forward(self.engine, self._dummy_batch())[0].sum() * 0.0
+                loss = self._forward(self.engine, self._dummy_batch()).sum() * 0.0
             # DeepSpeed averages gradients over ranks, but the loss is already a share of the global mean.
             self.engine.backward(loss * self.world_size)
         lr = float(self.engine.get_lr()[0])  # the rate this step uses: step() moves the schedule on

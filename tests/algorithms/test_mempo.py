@@ -109,7 +109,7 @@ def _score_with(model):
         with torch.no_grad():
             logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                            position_ids=batch.position_ids).logits
-        return batch.split(batch.logprobs_and_entropy(logits)[0])
+        return batch.split(batch.logprobs_and_entropy(batch.at_response(logits))[0])
     return score
 
 

@@ -75,12 +75,12 @@ def test_pad_rows_lines_logits_up_with_response_tokens():
     for b in range(2):
         for s in range(4):
             logits[b, s, mb.input_ids[b, s + 1]] = 30.0
-    logprobs, entropy = mb.logprobs_and_entropy(logits)
+    logprobs, entropy = mb.logprobs_and_entropy(mb.at_response(logits))
     assert logprobs.shape == entropy.shape == (2, 3)
     assert torch.allclose(logprobs, torch.zeros(2, 3), atol=1e-6)
     assert torch.allclose(entropy, torch.zeros(2, 3), atol=1e-6)
     # Uniform logits: logprob -log V and entropy log V on real tokens, 0 on padding.
-    logprobs, entropy = mb.logprobs_and_entropy(torch.zeros(2, 5, vocab))
+    logprobs, entropy = mb.logprobs_and_entropy(torch.zeros(2, 3, vocab))
     expected = torch.log(torch.tensor(float(vocab))) * mb.response_mask
     assert torch.allclose(-logprobs, expected) and torch.allclose(entropy, expected)
     assert [a.tolist() for a in mb.split(torch.arange(6.0).view(2, 3))] == [[0.0, 1.0], [3.0, 4.0, 5.0]]
@@ -88,7 +88,7 @@ def test_pad_rows_lines_logits_up_with_response_tokens():
 
 def test_entropy_is_a_figure_outside_autograd_unless_asked_for():
     mb = pad_rows([_row([5, 6, 7], [8, 9]), _row([4], [3, 2, 1])])
-    logits = torch.randn(2, 5, 12, requires_grad=True)
+    logits = torch.randn(2, 3, 12, requires_grad=True)
     logprobs, entropy = mb.logprobs_and_entropy(logits, entropy_grad=False)
     assert logprobs.requires_grad and not entropy.requires_grad
     kept_logprobs, kept_entropy = mb.logprobs_and_entropy(logits)
@@ -114,21 +114,26 @@ def test_pad_rows_rejects_empty_prompt_and_empty_batch():
         pad_rows([])
 
 
-def test_logit_positions_keep_only_what_predicts_a_response_token(tiny_checkpoint):
+def test_output_layer_sees_only_what_predicts_a_response_token(tiny_checkpoint):
     from transformers import AutoModelForCausalLM
 
     rows = [{"prompt_ids": np.array([5, 6, 7, 8]), "response_ids": np.array([9, 10])},
             {"prompt_ids": np.array([11, 12]), "response_ids": np.array([13, 14, 15])},
             {"prompt_ids": np.array([16]), "response_ids": np.array([17])}]
     mb = pad_rows(rows)
-    keep, kept = mb.logit_positions()
-    assert keep.tolist() == [0, 1, 2, 3, 4]  # rows predict from positions 3-4, 1-3 and 0
-    assert torch.equal(keep[kept.logit_index] * kept.response_mask.long(), mb.logit_index * mb.response_mask.long())
     model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint)
-    with torch.no_grad():
-        full = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids).logits
-        part = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
-                     logits_to_keep=keep).logits
-    assert part.shape[1] == 5 < full.shape[1]
-    for a, b in zip(mb.logprobs_and_entropy(full), kept.logprobs_and_entropy(part)):
+    inputs = {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "position_ids": mb.position_ids}
+    full = model(**inputs).logits
+    with mb.head_sees_responses(model):
+        part = model(**inputs).logits
+    assert full.shape[1] == 6 and part.shape[1] == 3  # 6 positions, 3 response tokens at most
+    assert not model.get_output_embeddings()._forward_pre_hooks  # the output layer is itself again after
+    for a, b in zip(mb.logprobs_and_entropy(mb.at_response(full)), mb.logprobs_and_entropy(part)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # Gradients reach the model the same way through both.
+    grads = []
+    for response_logits in (mb.at_response(full), part):
+        model.zero_grad()
+        mb.logprobs_and_entropy(response_logits)[0].sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)

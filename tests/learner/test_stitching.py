@@ -48,7 +48,7 @@ def separate_logprobs(model, conversations):
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids).logits
-    return batch.split(batch.logprobs_and_entropy(logits)[0])
+    return batch.split(batch.logprobs_and_entropy(batch.at_response(logits))[0])
 
 
 def stitched_logprobs(model, stitched):
@@ -59,7 +59,7 @@ def stitched_logprobs(model, stitched):
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids).logits
-    return stitched.gather(batch.split(batch.logprobs_and_entropy(logits)[0])[0])
+    return stitched.gather(batch.split(batch.logprobs_and_entropy(batch.at_response(logits))[0])[0])
 
 
 def test_mem1_stitched_logprobs_equal_each_turn_run_alone(tokenizer, model):
@@ -127,7 +127,7 @@ def test_plain_and_tree_rows_share_a_micro_batch(tokenizer, model):
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids).logits
-    plain_lp, tree_lp = batch.split(batch.logprobs_and_entropy(logits)[0])
+    plain_lp, tree_lp = batch.split(batch.logprobs_and_entropy(batch.at_response(logits))[0])
     want = separate_logprobs(model, conversations)
     np.testing.assert_allclose(plain_lp, want[0], atol=1e-5, rtol=0)
     for got, expected in zip(s.gather(tree_lp), want):
