@@ -5,11 +5,13 @@ import pytest
 import torch
 
 from memrl.weight_sync import (
+    PACK_BYTES,
     BucketReceiver,
     broadcast_recv,
     broadcast_send,
     init_group,
     metas_of,
+    pieces,
     plan_buckets,
     receive_into,
     send_bucket,
@@ -27,6 +29,7 @@ def _tensors() -> dict[str, torch.Tensor]:
     return {
         "a.weight": torch.randn(7, 5, generator=g),
         "b.bias": torch.randn(3, generator=g),
+        "e.big": torch.randn(512, 520, generator=g),  # over PACK_BYTES: travels alone
         "c.weight": torch.randn(11, 4, generator=g),
         "d.int": torch.arange(6, dtype=torch.int64).reshape(2, 3),
     }
@@ -46,10 +49,17 @@ def _reusing_receiver(port: int, metas, bucket_bytes: int, transfers: int, queue
 
 def test_plan_buckets_splits_by_size_and_dtype():
     metas = metas_of(_tensors().items())
-    buckets = plan_buckets(metas, bucket_bytes=64 * 4)  # a+b = 152 bytes fit; c (176) does not
-    assert [[m[0] for m in b] for b in buckets] == [["a.weight", "b.bias"], ["c.weight"], ["d.int"]]
+    buckets = plan_buckets(metas, bucket_bytes=64 * 4)  # a+b = 152 bytes fit; e and c (176) do not
+    assert [[m[0] for m in b] for b in buckets] == [["a.weight", "b.bias"], ["e.big"], ["c.weight"], ["d.int"]]
     # one bucket per tensor when the budget is smaller than any tensor
-    assert len(plan_buckets(metas, 1)) == 4
+    assert len(plan_buckets(metas, 1)) == 5
+
+
+def test_small_neighbours_travel_packed_and_large_tensors_alone():
+    big = PACK_BYTES
+    assert pieces([10, 20, big, 30, big, 2 * big, 5]) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5),
+                                                         range(5, 6), range(6, 7)]
+    assert pieces([]) == [] and pieces([4, 4, 4]) == [range(0, 3)]
 
 
 def test_plan_buckets_rejects_bad_size():
@@ -57,7 +67,7 @@ def test_plan_buckets_rejects_bad_size():
         plan_buckets([], 0)
 
 
-@pytest.mark.parametrize("bucket_bytes", [16, 1 << 20])
+@pytest.mark.parametrize("bucket_bytes", [16, 1 << 20, 8 << 20])  # 8 MiB: a, b, e and c share a bucket
 def test_gloo_broadcast_round_trip(bucket_bytes):
     tensors = _tensors()
     metas = metas_of(tensors.items())
@@ -88,7 +98,7 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
     and dtype (so the buffers grow and change dtype)."""
     tensors = _tensors()
     metas = metas_of(tensors.items())
-    bucket_bytes = 64 * 4  # three buckets: [a, b], [c], [d]
+    bucket_bytes = 64 * 4  # four buckets: [a, b], [e], [c], [d]
     port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -111,25 +121,26 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
 
 
-def _receiver_into(port: int, metas, queue) -> None:
+def _receiver_into(port: int, metas, bucket_bytes: int, queue) -> None:
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
     targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
     pointers = {name: t.data_ptr() for name, t in targets.items()}
-    receive_into(pg, targets, metas)
+    receive_into(pg, targets, metas, bucket_bytes)
     queue.put(({name: t.clone() for name, t in targets.items()},
                all(t.data_ptr() == pointers[name] for name, t in targets.items())))
 
 
-def test_receive_into_fills_the_given_tensors_in_place():
+@pytest.mark.parametrize("bucket_bytes", [64 * 4, 8 << 20])
+def test_receive_into_fills_the_given_tensors_in_place(bucket_bytes):
     tensors = _tensors()
     metas = metas_of(tensors.items())
     port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_receiver_into, args=(port, metas, queue))
+    proc = ctx.Process(target=_receiver_into, args=(port, metas, bucket_bytes, queue))
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
-    broadcast_send(pg, tensors, metas, 64 * 4)
+    broadcast_send(pg, tensors, metas, bucket_bytes)
     received, in_place = queue.get(timeout=60)
     proc.join(timeout=30)
     assert in_place
@@ -141,6 +152,6 @@ def test_receive_into_names_a_missing_or_mismatched_tensor_before_receiving():
     metas = metas_of(_tensors().items())
     targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
     with pytest.raises(KeyError, match="unknown parameter name 'a.weight'"):
-        receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas)
+        receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas, 1 << 20)
     with pytest.raises(ValueError, match=r"'c.weight' is \(4, 11\) torch.float32, the sender sends \(11, 4\)"):
-        receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas)
+        receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas, 1 << 20)
