@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -43,6 +45,24 @@ building the op takes about a minute, checking a built one a second."""
 
 # Files of a HF checkpoint that `save_hf` writes itself; everything else (tokenizer, chat template) is copied.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
+
+
+def keep_freed_memory() -> None:
+    """Have this process's malloc keep the memory it frees for reuse (glibc; elsewhere nothing changes).
+
+    A training step allocates and frees the same activation-sized buffers every time. By default glibc serves each
+    of more than 128 KiB with fresh pages from the OS, which are faulted in and zeroed on first touch, and hands
+    freed memory back at once. Kept in the heap, up to 1 GiB of it, they are reused: the learner step on the tiny
+    checkpoint's vs-TRL workload takes 0.28 s instead of 0.33 s. The process holds on to its peak, as a GPU caching
+    allocator does. (An inference engine's steps gained nothing from it.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: fresh pages from the OS only for blocks of 32 MiB or more
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: free memory at the heap's top goes back only beyond 1 GiB
 
 
 def cpu_comm_op_dir() -> Path:
@@ -102,6 +122,7 @@ class Learner:
         self.world_size = world_size
         self._listener = None
         self._sync_pg = None
+        keep_freed_memory()
 
     def node_ip(self) -> str:
         return rendezvous.node_ip()
