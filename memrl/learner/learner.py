@@ -47,6 +47,11 @@ building the op takes about a minute, checking a built one a second."""
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json", ".bin.index.json")
 
 
+MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES = 32 << 20, 1 << 30
+"""keep_freed_memory's glibc settings: blocks from fresh OS pages only from this size on; freed memory at the heap's
+top handed back only beyond this much."""
+
+
 def keep_freed_memory() -> None:
     """Have this process's malloc keep the memory it frees for reuse (glibc; elsewhere nothing changes).
 
@@ -61,8 +66,8 @@ def keep_freed_memory() -> None:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return
-    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: fresh pages from the OS only for blocks of 32 MiB or more
-    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: free memory at the heap's top goes back only beyond 1 GiB
+    mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
+    mallopt(-1, TRIM_THRESHOLD_BYTES)  # M_TRIM_THRESHOLD
 
 
 def cpu_comm_op_dir() -> Path:
