@@ -49,11 +49,11 @@ class Settings:
     small_bucket_bytes: int = 256 * 1024
     """The small weight-sync bucket compared with the default (64 MiB) one."""
     sync_repeats: int = 20
-    """Timed transfers per weight-sync variant, after one warm-up transfer."""
+    """Timed transfers per weight-sync variant, after one warm-up round."""
     sync_sizes_mb: tuple[int, ...] = (100, 500, 1000)
     """Parameter sets (MB of float32) built for the weight sync at sizes users meet."""
-    sync_size_repeats: int = 5
-    """Timed transfers per variant and size, after one warm-up transfer."""
+    sync_size_repeats: int = 10
+    """Timed transfers per variant and size, after one warm-up round."""
     num_trajectories: int = 256
     """Trajectories in the serialization batch."""
     convs_per_trajectory: int = 4
@@ -202,7 +202,8 @@ def rollout_flops(hf_config, num_parameters: int, prompts: list[list[int]], max_
 
 
 def sync_sender(model_path: str, conn) -> None:
-    """Rank 0 in a spawned process: holds the model's parameters and broadcasts them on command."""
+    """Rank 0 in a spawned process: holds the model's parameters and broadcasts them on command, on any of the groups
+    it has joined (by the order they were joined in)."""
     from transformers import AutoModelForCausalLM
 
     from memrl.weight_sync import broadcast_send, init_group, metas_of
@@ -212,15 +213,16 @@ def sync_sender(model_path: str, conn) -> None:
     metas = metas_of(tensors.items())
     flat = torch.cat([t.reshape(-1) for t in tensors.values()])
     conn.send((metas, flat.numel()))
-    group = None
+    groups = []
     while True:
         command, arg = conn.recv()
         if command == "join":
-            group = init_group(LOOPBACK, arg, 0, 2, "gloo")
+            groups.append(init_group(LOOPBACK, arg, 0, 2, "gloo"))
         elif command == "raw":
-            group.broadcast(flat, 0).wait()
+            groups[arg].broadcast(flat, 0).wait()
         elif command == "bucketed":
-            broadcast_send(group, tensors, metas, arg)
+            index, bucket_bytes = arg
+            broadcast_send(groups[index], tensors, metas, bucket_bytes)
         elif command == "stop":
             return
         else:
@@ -231,7 +233,9 @@ class SyncBench:
     """The receiving side (rank 1) of the weight-sync measurements; the sender runs in a spawned process.
 
     Every transfer is timed on the receiver, from the command to the sender until the last tensor is in place,
-    the same way for the raw broadcast, the bucketed broadcast and the engines' reloads.
+    the same way for the raw broadcast, the bucketed broadcast and the engines' reloads. The variants are timed in
+    rounds, one transfer of each per round, so that a machine that slows down or speeds up during the run weighs on
+    all of them alike.
     """
 
     def __init__(self, model_path: str):
@@ -242,24 +246,39 @@ class SyncBench:
         child.close()  # so a sender that dies turns our next recv into an EOFError instead of a hang
         self.metas, self.numel = self.conn.recv()
         self.nbytes = self.numel * 4  # the sender loads the model in float32
+        self.groups = 0
 
-    def join(self, receiver_join) -> None:
-        """Open a new group: the sender joins as rank 0 while `receiver_join(host, port)` joins as rank 1."""
+    def join(self, receiver_join) -> int:
+        """Open a new group: the sender joins as rank 0 while `receiver_join(host, port)` joins as rank 1. Returns the
+        group's index, which the "raw" and "bucketed" commands name."""
         port = free_port()
         self.conn.send(("join", port))
         receiver_join(LOOPBACK, port)
+        self.groups += 1
+        return self.groups - 1
 
-    def measure(self, command: str, arg: Any, receive, repeats: int) -> dict[str, float]:
-        def once() -> None:
-            self.conn.send((command, arg))
-            receive()
-
-        times, _ = timed(once, repeats)
-        return {**times, "mb_per_s": self.nbytes / times["mean_s"] / 1e6}
+    def measure(self, variants: dict[str, tuple[str, Any, Any]], repeats: int) -> dict[str, dict[str, float]]:
+        """Time each variant (name -> (command, its argument, the receiving call)) `repeats` times, in rounds after
+        one untimed round; mean and min seconds and MB/s of each."""
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for round_ in range(repeats + 1):
+            for name, (command, arg, receive) in variants.items():
+                t0 = time.perf_counter()
+                self.conn.send((command, arg))
+                receive()
+                if round_:
+                    times[name].append(time.perf_counter() - t0)
+        return {name: {"mean_s": float(np.mean(t)), "min_s": float(np.min(t)),
+                       "mb_per_s": self.nbytes / float(np.mean(t)) / 1e6} for name, t in times.items()}
 
     def close(self) -> None:
         self.conn.send(("stop", None))
         self.process.join(timeout=60)
+
+
+def _versions():
+    """Weight versions for an engine's reloads: 1, 2, 3, ..."""
+    return iter(range(1, 10**9))
 
 
 def bench_weight_sync(bench: SyncBench, engines: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -267,24 +286,24 @@ def bench_weight_sync(bench: SyncBench, engines: dict[str, Any], settings: Setti
     from memrl.weight_sync import broadcast_recv, init_group, plan_buckets
 
     default_bucket = LearnersConfig().weight_sync_bucket_bytes
-    metas, out = bench.metas, {}
+    metas = bench.metas
     holder: dict[str, Any] = {}
-    bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
+    index = bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
     group = holder["group"]
     buffer = torch.empty(bench.numel, dtype=torch.float32)
-
-    out["raw_gloo"] = bench.measure("raw", None, lambda: group.broadcast(buffer, 0).wait(), settings.sync_repeats)
-    for name, bucket in (("bucketed_default", default_bucket), ("bucketed_small", settings.small_bucket_bytes)):
-        figures = bench.measure("bucketed", bucket, lambda b=bucket: list(broadcast_recv(group, metas, b)),
-                                settings.sync_repeats)
-        out[name] = {**figures, "bucket_bytes": float(bucket), "num_buckets": float(len(plan_buckets(metas, bucket)))}
+    buckets = {"bucketed_default": default_bucket, "bucketed_small": settings.small_bucket_bytes}
+    variants = {"raw_gloo": ("raw", index, lambda: group.broadcast(buffer, 0).wait())}
+    for name, bucket in buckets.items():
+        variants[name] = ("bucketed", (index, bucket), lambda b=bucket: list(broadcast_recv(group, metas, b)))
     for name, engine in engines.items():
-        bench.join(lambda host, port, e=engine: e.init_weight_sync(host, port, 1, 2, "gloo"))
-        versions = iter(range(1, 10**6))
-        figures = bench.measure(
-            "bucketed", default_bucket,
-            lambda e=engine: e.receive_weights(metas, next(versions), default_bucket), settings.sync_repeats)
-        out[f"{name}_reload"] = {**figures, "bucket_bytes": float(default_bucket)}
+        engine_index = bench.join(lambda host, port, e=engine: e.init_weight_sync(host, port, 1, 2, "gloo"))
+        variants[f"{name}_reload"] = ("bucketed", (engine_index, default_bucket),
+                                      lambda e=engine, v=_versions(): e.receive_weights(metas, next(v), default_bucket))
+    out = bench.measure(variants, settings.sync_repeats)
+    for name, bucket in buckets.items():
+        out[name].update(bucket_bytes=float(bucket), num_buckets=float(len(plan_buckets(metas, bucket))))
+    for name in engines:
+        out[f"{name}_reload"]["bucket_bytes"] = float(default_bucket)
     raw = out["raw_gloo"]
     for key, figures in out.items():
         if key != "raw_gloo":
@@ -316,7 +335,7 @@ def build_sized_checkpoint(path: Path, megabytes: int) -> str:
 
 def bench_weight_sync_sizes(settings: Settings, tmp: Path, log) -> dict[str, Any]:
     """At each size: a raw gloo broadcast of the bytes as one tensor, the bucketed broadcast (default bucket size)
-    into fresh tensors, and the same into a TorchEngine's parameters (`receive_weights`), all on one group."""
+    into fresh tensors, and the same into a TorchEngine's parameters (`receive_weights`), timed in rounds."""
     from memrl.config import LearnersConfig
     from memrl.engines.torch_engine import TorchEngine
     from memrl.weight_sync import broadcast_recv, init_group, plan_buckets
@@ -329,20 +348,19 @@ def bench_weight_sync_sizes(settings: Settings, tmp: Path, log) -> dict[str, Any
         bench = SyncBench(path)
         try:
             holder: dict[str, Any] = {}
-            bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
+            index = bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
             group, metas = holder["group"], bench.metas
             buffer = torch.empty(bench.numel, dtype=torch.float32)
-            reps = settings.sync_size_repeats
-            figures = {"raw_gloo": bench.measure("raw", None, lambda: group.broadcast(buffer, 0).wait(), reps),
-                       "bucketed": bench.measure("bucketed", bucket, lambda: list(broadcast_recv(group, metas, bucket)),
-                                                 reps)}
-            buffer = None  # freed before the engine loads its copy of the parameters
             engine = TorchEngine(path)
-            bench.join(lambda host, port: engine.init_weight_sync(host, port, 1, 2, "gloo"))
-            versions = iter(range(1, 10**6))
-            figures["torch_engine_reload"] = bench.measure(
-                "bucketed", bucket, lambda: engine.receive_weights(metas, next(versions), bucket), reps)
-            engine = None
+            engine_index = bench.join(lambda host, port: engine.init_weight_sync(host, port, 1, 2, "gloo"))
+            versions = _versions()
+            figures = bench.measure({
+                "raw_gloo": ("raw", index, lambda: group.broadcast(buffer, 0).wait()),
+                "bucketed": ("bucketed", (index, bucket), lambda: list(broadcast_recv(group, metas, bucket))),
+                "torch_engine_reload": ("bucketed", (engine_index, bucket),
+                                        lambda: engine.receive_weights(metas, next(versions), bucket)),
+            }, settings.sync_size_repeats)
+            buffer = engine = None
             gc.collect()
         finally:
             bench.close()

@@ -17,7 +17,8 @@ proportional set sizes (shared pages split between the processes that map them) 
 descendants (Ray's own processes, actors and vLLM included), sampled every 2 s: one sample reads every process's page
 tables, about 0.1 s of CPU for memrl's 14 processes, so sampling more often would slow what it measures on a small
 machine (`sampler_cpu_s` says what it cost). `ratio_to_trl` is TRL's seconds per step over the configuration's.
-Configurations run one after another, never side by side.
+`ratio_to_trl_kept_memory` the same against the second TRL row. Configurations run one after another, never side by
+side.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from benchmarks.common import elapsed_log, machine, parser, process_start, write
 ROOT = Path(__file__).resolve().parent.parent
 NUM_PROMPTS, GROUP_SIZE, MAX_TOKENS, LR, SEED = 8, 8, 32, 1e-5, 0
 """The shared workload: prompts, completions per prompt, most new tokens per completion, learning rate, seed."""
+
 
 
 @dataclass
@@ -168,10 +170,11 @@ class PeakMemory:
         return self.peak_kb / 1024, self.cpu_s
 
 
-def measure(command: list[str], timeout_s: float) -> dict:
-    """Run one configuration's process, sample its memory, and read its RESULT line."""
+def measure(command: list[str], timeout_s: float, env: dict[str, str] | None = None) -> dict:
+    """Run one configuration's process (with `env` added to this one's environment), sample its memory, and read its
+    RESULT line."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     memory = PeakMemory(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -209,7 +212,7 @@ def plot(results: dict, path: Path) -> None:
 
     rows = {k: v for k, v in results["systems"].items() if "step_s" in v}
     names = list(rows)
-    colors = ["tab:orange" if n == "trl" else "tab:blue" for n in names]
+    colors = ["tab:orange" if n.startswith("trl") else "tab:blue" for n in names]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, key, label in zip(axes, ("steps_per_s", "peak_pss_mb", "startup_s"),
                               ("optimizer steps per second", "peak memory, PSS (MB)", "start-up to first step (s)")):
@@ -224,15 +227,15 @@ def plot(results: dict, path: Path) -> None:
 
 def table(results: dict) -> str:
     lines = [f"{'system':>24} {'s/step':>7} {'steps/s':>8} {'compl/s':>8} {'tok/compl':>9} {'peak MB':>8} "
-             f"{'start s':>8} {'vs TRL':>7}"]
+             f"{'start s':>8} {'vs TRL':>7} {'vs TRL kept memory':>18}"]
     for name, r in results["systems"].items():
         if "step_s" not in r:
             lines.append(f"{name:>24} skipped: {r['skipped']}")
             continue
-        ratio = f"{r['ratio_to_trl']:.2f}x" if "ratio_to_trl" in r else "-"
+        ratio, kept = (f"{r[key]:.2f}x" if key in r else "-" for key in ("ratio_to_trl", "ratio_to_trl_kept_memory"))
         lines.append(f"{name:>24} {r['step_s']:>7.3f} {r['steps_per_s']:>8.2f} {r['completions_per_s']:>8.1f} "
                      f"{r['completion_tokens_mean']:>9.1f} {r['peak_pss_mb']:>8.0f} {r['startup_s']:>8.1f} "
-                     f"{ratio:>7}")
+                     f"{ratio:>7} {kept:>18}")
     return "\n".join(lines)
 
 
@@ -267,9 +270,15 @@ def main() -> None:
         trl_settings = {"model": str(model), "prompts": prompts, "words": words, "steps": steps, "warmup_steps": warmup,
                         "seed": SEED, "lr": LR, "max_tokens": MAX_TOKENS, "group_size": GROUP_SIZE,
                         "threads": len(os.sched_getaffinity(0)), "out": str(ROOT / "runs" / "trl_grpo")}
-        raw = measure([str(args.trl_python), str(ROOT / "benchmarks" / "trl_grpo_worker.py"),
-                       json.dumps(trl_settings)], 1800)
-        systems["trl"] = summarize(raw, warmup)
+        command = [str(args.trl_python), str(ROOT / "benchmarks" / "trl_grpo_worker.py"), json.dumps(trl_settings)]
+        systems["trl"] = summarize(measure(command, 1800), warmup)
+        if not args.quick:
+            from memrl.learner.learner import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
+
+            log("TRL GRPOTrainer, freed memory kept for reuse")
+            kept = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
+                    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES)}
+            systems["trl_kept_memory"] = {**summarize(measure(command, 1800, kept), warmup), "env": kept}
     else:
         systems["trl"] = {"skipped": f"no TRL environment at {args.trl_python} (make bench-trl-env)"}
     for run in memrl_runs(args.quick):
@@ -278,10 +287,11 @@ def main() -> None:
         raw = measure([sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--worker", json.dumps(settings)],
                       1800)
         systems[run.name] = {**summarize(raw, warmup), "settings": asdict(run)}
-    if "step_s" in systems["trl"]:
-        for name, r in systems.items():
-            if name != "trl":
-                r["ratio_to_trl"] = systems["trl"]["step_s"] / r["step_s"]
+    for baseline in ("trl", "trl_kept_memory"):
+        if "step_s" in systems.get(baseline, {}):
+            for name, r in systems.items():
+                if not name.startswith("trl"):
+                    r[f"ratio_to_{baseline}"] = systems[baseline]["step_s"] / r["step_s"]
     trl_version = "not installed"
     if args.trl_python.exists():
         trl_version = subprocess.run([str(args.trl_python), "-c", "import trl; print(trl.__version__)"],
