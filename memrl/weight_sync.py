@@ -174,6 +174,8 @@ def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], 
     for buffer, targets in packed:
         for target, part in zip(targets, buffer.split([t.numel() for t in targets])):
             target.copy_(part.view_as(target))
+
+
 def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
     """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
     buckets = plan_buckets(metas, bucket_bytes)
