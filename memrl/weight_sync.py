@@ -1,11 +1,14 @@
 """Bucketed broadcast of model weights from learner rank 0 to inference engines.
 
-The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines. A large tensor travels as
-one broadcast of its own bytes, and each run of small neighbours as one broadcast of them packed together (one
-broadcast's fixed cost outweighs copying a small tensor); a bucket is how much the learner gathers from its ZeRO-3
-shards at a time and how much a receiver that copies (vLLM's reload) stages at a time.
+The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines. Every tensor travels on its
+own, with no staging copy; a bucket is how much the learner gathers from its ZeRO-3 shards at a time and how much a
+receiver that copies (vLLM's reload) stages at a time.
 NCCL where every rank holds a GPU of its own, gloo otherwise (CPUs, or CUDA tensors of ranks sharing a GPU, which
-gloo moves through host memory); the same three calls on both sides.
+gloo moves through host memory); the same three calls on both sides. On NCCL a tensor's trip is a broadcast; on gloo
+it is a send to each engine, which is what gloo's broadcast does too, but without its queue of asynchronous work,
+which costs about 0.2-0.3 ms a tensor whatever its size: the tiny model's 51 tensors (4.2 MB) took 14 ms as
+broadcasts and take 2.9 ms as sends, and 125 tensors of 4 MB took 165-176 ms as broadcasts, 100-119 ms as sends and
+116-149 ms as one broadcast of all 500 MB.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
+from itertools import accumulate
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -24,10 +27,6 @@ TensorMeta = tuple[str, tuple[int, ...], str]
 """(HF parameter name, shape, dtype name such as "float32")."""
 
 BACKENDS = ("gloo", "nccl")
-
-PACK_BYTES = 1 << 20
-"""Tensors smaller than this travel packed: on loopback a gloo broadcast costs about 0.3 ms whatever its size, more
-than copying such a tensor in and out of a packed buffer (51 tensors of 4.7 MB: 14-20 ms one by one, 2.5 ms packed)."""
 
 
 def init_group(host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 300.0,
@@ -78,30 +77,22 @@ def plan_buckets(metas: list[TensorMeta], bucket_bytes: int) -> list[list[Tensor
     return buckets
 
 
-def pieces(sizes: list[int]) -> list[range]:
-    """How a bucket's tensors (their sizes in bytes, in order) travel: one broadcast per piece, each tensor of
-    PACK_BYTES or more a piece of its own and each run of smaller neighbours one piece."""
-    out: list[range] = []
-    for i, size in enumerate(sizes):
-        if size < PACK_BYTES and out and sizes[out[-1][-1]] < PACK_BYTES:
-            out[-1] = range(out[-1].start, i + 1)
-        else:
-            out.append(range(i, i + 1))
-    return out
+def transfer(pg, tensor: torch.Tensor, tag: int) -> list:
+    """Start one tensor's trip from rank 0 to every other rank (rank 0 sends `tensor`, the others receive into it);
+    the works to wait on. `tag` tells a transfer's tensors apart on gloo: the n-th tensor of a transfer has tag n."""
+    if not isinstance(pg, dist.ProcessGroupGloo):
+        return [pg.broadcast(tensor, 0)]
+    if pg.rank() == 0:
+        return [pg.send([tensor], peer, tag) for peer in range(1, pg.size())]
+    return [pg.recv([tensor], 0, tag)]
 
 
-def send_bucket(pg, tensors: list[torch.Tensor]) -> int:
-    """Rank 0: broadcast one bucket (tensors of one dtype and device, in plan order): a large tensor as it is, with no
-    staging copy (on a CPU host that costs about as much as the broadcast itself), small neighbours packed. Returns
-    the bucket's bytes once every tensor has left, so the tensors may change (or be released, as ZeRO-3 releases
-    gathered parameters) after."""
-    works = []
-    for piece in pieces([t.numel() * t.element_size() for t in tensors]):
-        if len(piece) == 1:
-            buffer = tensors[piece.start].detach().contiguous()
-        else:
-            buffer = torch.cat([tensors[i].detach().reshape(-1) for i in piece])
-        works.append(pg.broadcast(buffer, 0))
+def send_bucket(pg, tensors: list[torch.Tensor], first_tag: int = 0) -> int:
+    """Rank 0: send one bucket (tensors of one dtype and device, in plan order; the first one the transfer's
+    `first_tag`-th tensor), each tensor as it is: no staging copy, which on a CPU host costs about as much as the
+    transfer itself. Returns the bucket's bytes once every tensor has left, so the tensors may change (or be
+    released, as ZeRO-3 releases gathered parameters) after."""
+    works = [w for i, t in enumerate(tensors) for w in transfer(pg, t.detach().contiguous(), first_tag + i)]
     for work in works:
         work.wait()
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -123,17 +114,18 @@ class BucketReceiver:
     def receive(self, metas: list[TensorMeta], bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield (name, tensor) for every tensor of `metas`, in order, as rank 0 broadcasts them."""
         buckets = plan_buckets(metas, bucket_bytes)
+        first_tags = list(accumulate((len(bucket) for bucket in buckets), initial=0))
 
         def post(i: int):
-            numels = [_numel(shape) for _, shape, _ in buckets[i]]
+            numel = sum(_numel(shape) for _, shape, _ in buckets[i])
             dtype = _dtype(buckets[i][0][2])
-            flat = (_staging(self._buffers, i % 2, sum(numels), dtype, self.device) if self.reuse
-                    else torch.empty(sum(numels), dtype=dtype, device=self.device))
-            starts = np.cumsum([0, *numels])  # tensors lie back to back, so a piece is one slice of the buffer
-            views = [flat[starts[j] : starts[j + 1]].view(shape) for j, (_, shape, _) in enumerate(buckets[i])]
-            works = [self.pg.broadcast(flat[starts[p.start] : starts[p.stop]], 0)
-                     for p in pieces([n * dtype.itemsize for n in numels])]
-            return views, works
+            flat = (_staging(self._buffers, i % 2, numel, dtype, self.device) if self.reuse
+                    else torch.empty(numel, dtype=dtype, device=self.device))
+            views, offset = [], 0
+            for _, shape, _ in buckets[i]:
+                views.append(flat[offset : offset + _numel(shape)].view(shape))
+                offset += _numel(shape)
+            return views, [w for j, view in enumerate(views) for w in transfer(self.pg, view, first_tags[i] + j)]
 
         pending = post(0) if buckets else None
         for i, bucket in enumerate(buckets):
@@ -146,10 +138,9 @@ class BucketReceiver:
                 yield name, view
 
 
-def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> None:
+def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta]) -> None:
     """Ranks > 0: receive every tensor of `metas` straight into `tensors[name]` (contiguous, of the sent shape and
-    dtype, e.g. an engine's parameters): a large one with no copy, small ones by way of their packed piece. Checks
-    every name, shape and dtype before receiving any."""
+    dtype, e.g. an engine's parameters), with no copy. Checks every name, shape and dtype before receiving any."""
     for name, shape, dtype in metas:
         target = tensors.get(name)
         if target is None:
@@ -158,28 +149,18 @@ def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], 
         if tuple(target.shape) != tuple(shape) or target.dtype != _dtype(dtype) or not target.is_contiguous():
             raise ValueError(f"weight sync: parameter {name!r} is {tuple(target.shape)} {target.dtype}, the sender "
                              f"sends {tuple(shape)} {dtype}")
-    works, packed = [], []
-    for bucket in plan_buckets(metas, bucket_bytes):
-        targets = [tensors[name] for name, _, _ in bucket]
-        for piece in pieces([t.numel() * t.element_size() for t in targets]):
-            if len(piece) == 1:
-                works.append(pg.broadcast(targets[piece.start], 0))
-                continue
-            buffer = torch.empty(sum(targets[i].numel() for i in piece), dtype=targets[0].dtype,
-                                 device=targets[0].device)
-            works.append(pg.broadcast(buffer, 0))
-            packed.append((buffer, [targets[i] for i in piece]))
+    works = [w for tag, (name, _, _) in enumerate(metas) for w in transfer(pg, tensors[name], tag)]
     for work in works:
         work.wait()
-    for buffer, targets in packed:
-        for target, part in zip(targets, buffer.split([t.numel() for t in targets])):
-            target.copy_(part.view_as(target))
 
 
 def broadcast_send(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta], bucket_bytes: int) -> int:
-    """Rank 0: broadcast `tensors` bucket by bucket in `metas` order; returns bytes sent."""
-    buckets = plan_buckets(metas, bucket_bytes)
-    return sum(send_bucket(pg, [tensors[name] for name, _, _ in bucket]) for bucket in buckets)
+    """Rank 0: send `tensors` bucket by bucket in `metas` order; returns bytes sent."""
+    sent = tag = 0
+    for bucket in plan_buckets(metas, bucket_bytes):
+        sent += send_bucket(pg, [tensors[name] for name, _, _ in bucket], tag)
+        tag += len(bucket)
+    return sent
 
 
 def broadcast_recv(

@@ -5,13 +5,11 @@ import pytest
 import torch
 
 from memrl.weight_sync import (
-    PACK_BYTES,
     BucketReceiver,
     broadcast_recv,
     broadcast_send,
     init_group,
     metas_of,
-    pieces,
     plan_buckets,
     receive_into,
     send_bucket,
@@ -29,7 +27,7 @@ def _tensors() -> dict[str, torch.Tensor]:
     return {
         "a.weight": torch.randn(7, 5, generator=g),
         "b.bias": torch.randn(3, generator=g),
-        "e.big": torch.randn(512, 520, generator=g),  # over PACK_BYTES: travels alone
+        "e.big": torch.randn(512, 520, generator=g),  # over 1 MB
         "c.weight": torch.randn(11, 4, generator=g),
         "d.int": torch.arange(6, dtype=torch.int64).reshape(2, 3),
     }
@@ -53,13 +51,6 @@ def test_plan_buckets_splits_by_size_and_dtype():
     assert [[m[0] for m in b] for b in buckets] == [["a.weight", "b.bias"], ["e.big"], ["c.weight"], ["d.int"]]
     # one bucket per tensor when the budget is smaller than any tensor
     assert len(plan_buckets(metas, 1)) == 5
-
-
-def test_small_neighbours_travel_packed_and_large_tensors_alone():
-    big = PACK_BYTES
-    assert pieces([10, 20, big, 30, big, 2 * big, 5]) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5),
-                                                         range(5, 6), range(6, 7)]
-    assert pieces([]) == [] and pieces([4, 4, 4]) == [range(0, 3)]
 
 
 def test_plan_buckets_rejects_bad_size():
@@ -109,8 +100,10 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
     for version in range(3):
         live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in tensors.items()}
         expected.append({name: t.clone() for name, t in live.items()})
+        tag = 0  # the n-th tensor of a transfer travels with tag n
         for bucket in plan_buckets(metas, bucket_bytes):
-            send_bucket(pg, [live[name] for name, _, _ in bucket])
+            send_bucket(pg, [live[name] for name, _, _ in bucket], tag)
+            tag += len(bucket)
             for name, _, _ in bucket:
                 live[name].fill_(-1)  # the bucket has left when send_bucket returns: changing it now must not matter
     received = [queue.get(timeout=60) for _ in range(3)]
@@ -121,23 +114,23 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
 
 
-def _receiver_into(port: int, metas, bucket_bytes: int, queue) -> None:
+def _receiver_into(port: int, metas, queue) -> None:
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
     targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
     pointers = {name: t.data_ptr() for name, t in targets.items()}
-    receive_into(pg, targets, metas, bucket_bytes)
+    receive_into(pg, targets, metas)
     queue.put(({name: t.clone() for name, t in targets.items()},
                all(t.data_ptr() == pointers[name] for name, t in targets.items())))
 
 
-@pytest.mark.parametrize("bucket_bytes", [64 * 4, 8 << 20])
+@pytest.mark.parametrize("bucket_bytes", [64 * 4, 8 << 20])  # however the sender buckets them
 def test_receive_into_fills_the_given_tensors_in_place(bucket_bytes):
     tensors = _tensors()
     metas = metas_of(tensors.items())
     port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_receiver_into, args=(port, metas, bucket_bytes, queue))
+    proc = ctx.Process(target=_receiver_into, args=(port, metas, queue))
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
     broadcast_send(pg, tensors, metas, bucket_bytes)
@@ -152,6 +145,6 @@ def test_receive_into_names_a_missing_or_mismatched_tensor_before_receiving():
     metas = metas_of(_tensors().items())
     targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
     with pytest.raises(KeyError, match="unknown parameter name 'a.weight'"):
-        receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas, 1 << 20)
+        receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas)
     with pytest.raises(ValueError, match=r"'c.weight' is \(4, 11\) torch.float32, the sender sends \(11, 4\)"):
-        receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas, 1 << 20)
+        receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas)

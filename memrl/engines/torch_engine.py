@@ -219,7 +219,7 @@ class TorchEngine(InferenceEngine):
             raise RuntimeError("receive_weights needs a weight-sync group: call init_weight_sync first")
         params = {name: p.data for name, p in self.model.named_parameters()}
         if all(name in params and str(params[name].dtype).removeprefix("torch.") == dtype for name, _, dtype in metas):
-            receive_into(self._sync_group, params, metas, bucket_bytes)
+            receive_into(self._sync_group, params, metas)
             self.weight_version = version
         else:
             self.load_weights(self._receiver.receive(metas, bucket_bytes), version)

@@ -381,13 +381,14 @@ class Learner:
             raise RuntimeError("broadcast_weights needs init_weight_sync first")
         start = time.perf_counter()
         named = dict(self._named_parameters())
-        sent = 0
+        sent = tag = 0
         # One bucket gathered at a time keeps peak memory at one bucket, not the whole model.
         for bucket in plan_buckets(self.weight_metas(), bucket_bytes):
             params = [named[name] for name, _, _ in bucket]
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
                 if self.rank == 0:  # sent before the gathered parameters are released
-                    sent += send_bucket(self._sync_pg, [named[name].data for name, _, _ in bucket])
+                    sent += send_bucket(self._sync_pg, [named[name].data for name, _, _ in bucket], tag)
+            tag += len(bucket)
         return {"version": float(version), "bytes": float(sent), "seconds": time.perf_counter() - start}
 
     def save_checkpoint(self, path: str) -> None:
