@@ -79,12 +79,29 @@ def plan_buckets(metas: list[TensorMeta], bucket_bytes: int) -> list[list[Tensor
 
 def transfer(pg, tensor: torch.Tensor, tag: int) -> list:
     """Start one tensor's trip from rank 0 to every other rank (rank 0 sends `tensor`, the others receive into it);
-    the works to wait on. `tag` tells a transfer's tensors apart on gloo: the n-th tensor of a transfer has tag n."""
+    the works to wait on. `tag` tells a transfer's tensors apart on gloo: the n-th tensor of a transfer has tag n.
+    gloo sends and receives host memory only, so a CUDA tensor goes by way of a host copy on either side (as gloo's
+    own broadcast of one does), whatever the other side's device."""
     if not isinstance(pg, dist.ProcessGroupGloo):
         return [pg.broadcast(tensor, 0)]
     if pg.rank() == 0:
-        return [pg.send([tensor], peer, tag) for peer in range(1, pg.size())]
-    return [pg.recv([tensor], 0, tag)]
+        host = tensor.cpu()  # the send keeps it alive until it has left
+        return [pg.send([host], peer, tag) for peer in range(1, pg.size())]
+    if not tensor.is_cuda:
+        return [pg.recv([tensor], 0, tag)]
+    host = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return [_CopiedOnArrival(pg.recv([host], 0, tag), host, tensor)]
+
+
+class _CopiedOnArrival:
+    """A receive into host memory whose wait also copies the bytes to the device tensor they are for."""
+
+    def __init__(self, work, host: torch.Tensor, target: torch.Tensor):
+        self.work, self.host, self.target = work, host, target
+
+    def wait(self) -> None:
+        self.work.wait()
+        self.target.copy_(self.host)
 
 
 def send_bucket(pg, tensors: list[torch.Tensor], first_tag: int = 0) -> int:
