@@ -9,6 +9,7 @@ where absolute figures depend on the machine and its load.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import multiprocessing as mp
@@ -88,15 +89,23 @@ QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens
 
 def timed(fn, repeats: int, warmup: int = 1) -> tuple[dict[str, float], Any]:
     """Run `fn` warmup + repeats times; mean and min seconds of the timed runs, and the last result."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    result = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return {"mean_s": float(np.mean(times)), "min_s": float(np.min(times))}, result
+    times, results = in_turns({"fn": fn}, repeats, warmup)
+    return {"mean_s": float(np.mean(times["fn"])), "min_s": float(np.min(times["fn"]))}, results["fn"]
+
+
+def in_turns(runs: dict[str, Any], repeats: int, warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Call every function of `runs` in `warmup` untimed rounds, then in `repeats` timed ones, one call of each per
+    round, so that a change of load on a shared machine weighs on all of them alike; each one's seconds per timed
+    call and its last result."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    results: dict[str, Any] = {}
+    for round_ in range(warmup + repeats):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            results[name] = run()
+            if round_ >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return times, results
 
 
 def free_port() -> int:
@@ -154,17 +163,9 @@ def engine_generate_fn(engine, prompts: list[list[int]], settings: Settings):
 
 
 def bench_rollout(runs: dict[str, Any], repeats: int) -> dict[str, Any]:
-    """Warm every generator up once, then time them in turns, so a change of load on a shared machine
-    hits all of them alike; each run returns its number of new tokens."""
-    for run in runs.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    new_tokens: dict[str, int] = {}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            new_tokens[name] = run()
-            times[name].append(time.perf_counter() - t0)
+    """Warm every generator up once, then time them in turns (`in_turns`); each run returns its number of new
+    tokens."""
+    times, new_tokens = in_turns(runs, repeats)
     out: dict[str, Any] = {}
     for name, ts in times.items():
         mean, best = float(np.mean(ts)), float(np.min(ts))
@@ -233,9 +234,8 @@ class SyncBench:
     """The receiving side (rank 1) of the weight-sync measurements; the sender runs in a spawned process.
 
     Every transfer is timed on the receiver, from the command to the sender until the last tensor is in place,
-    the same way for the raw broadcast, the bucketed broadcast and the engines' reloads. The variants are timed in
-    rounds, one transfer of each per round, so that a machine that slows down or speeds up during the run weighs on
-    all of them alike.
+    the same way for the raw broadcast, the bucketed broadcast and the engines' reloads, the variants in turns
+    (`in_turns`).
     """
 
     def __init__(self, model_path: str):
@@ -260,14 +260,12 @@ class SyncBench:
     def measure(self, variants: dict[str, tuple[str, Any, Any]], repeats: int) -> dict[str, dict[str, float]]:
         """Time each variant (name -> (command, its argument, the receiving call)) `repeats` times, in rounds after
         one untimed round; mean and min seconds and MB/s of each."""
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for round_ in range(repeats + 1):
-            for name, (command, arg, receive) in variants.items():
-                t0 = time.perf_counter()
-                self.conn.send((command, arg))
-                receive()
-                if round_:
-                    times[name].append(time.perf_counter() - t0)
+        def transfer(command: str, arg: Any, receive) -> None:
+            self.conn.send((command, arg))
+            receive()
+
+        times, _ = in_turns({name: functools.partial(transfer, *variant) for name, variant in variants.items()},
+                            repeats)
         return {name: {"mean_s": float(np.mean(t)), "min_s": float(np.min(t)),
                        "mb_per_s": self.nbytes / float(np.mean(t)) / 1e6} for name, t in times.items()}
 

@@ -40,7 +40,6 @@ NUM_PROMPTS, GROUP_SIZE, MAX_TOKENS, LR, SEED = 8, 8, 32, 1e-5, 0
 """The shared workload: prompts, completions per prompt, most new tokens per completion, learning rate, seed."""
 
 
-
 @dataclass
 class MemrlRun:
     """One memrl configuration of the workload."""

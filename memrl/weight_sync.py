@@ -104,7 +104,7 @@ class _CopiedOnArrival:
         self.target.copy_(self.host)
 
 
-def send_bucket(pg, tensors: list[torch.Tensor], first_tag: int = 0) -> int:
+def send_bucket(pg, tensors: list[torch.Tensor], first_tag: int) -> int:
     """Rank 0: send one bucket (tensors of one dtype and device, in plan order; the first one the transfer's
     `first_tag`-th tensor), each tensor as it is: no staging copy, which on a CPU host costs about as much as the
     transfer itself. Returns the bucket's bytes once every tensor has left, so the tensors may change (or be
