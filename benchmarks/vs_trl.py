@@ -7,8 +7,9 @@ The workload: the embedded tiny checkpoint, 8 prompts ("Say: <word>" in its chat
 32 tokens sampled at temperature 1, the Echo env's similarity reward, one optimizer step per batch, no reference
 model. TRL runs in its own environment (`make bench-trl-env` builds .venv-trl; TRL is no dependency of memrl) through
 benchmarks/trl_grpo_worker.py; without that environment its row is skipped and says so. memrl runs with its torch and
-vLLM engines, 1 and 2 ZeRO-3 learners, synchronous and one batch ahead (training.max_staleness=1), and each
-one-learner setting again with `learners(zero_stage=2)`.
+vLLM engines, 1 and 2 ZeRO-3 learners, synchronous and one batch ahead (training.max_staleness=1), each one-learner
+setting again with `learners(zero_stage=2)`, all with the env runner in the driver process (`num_env_runners=0`, as
+TRL samples in its own process), and the best of them again with one env runner actor.
 
 Per configuration: `startup_s`, from the process's creation to the start of the first step (for memrl split into
 `imports_s`, `ray_start_s` for a local Ray and `build_s` for `config.build()`, which starts the actors); `step_s`,
@@ -56,12 +57,15 @@ class MemrlRun:
     """env_runners.num_cpus_per_engine."""
     zero_stage: int = 3
     """learners.zero_stage: 3 partitions the parameters; 2 keeps them whole on every rank (no gather per layer)."""
+    num_env_runners: int = 0
+    """env_runners.num_env_runners: 0 samples in the driver process, 1 in a runner actor of its own."""
 
     @property
     def name(self) -> str:
         mode = "sync" if self.max_staleness == 0 else f"async{self.max_staleness}"
         stage = "" if self.zero_stage == 3 else f"_zero{self.zero_stage}"
-        return f"memrl_{self.engine}_{self.num_learners}L_{mode}{stage}"
+        runners = "" if self.num_env_runners == 0 else f"_{self.num_env_runners}runner"
+        return f"memrl_{self.engine}_{self.num_learners}L_{mode}{stage}{runners}"
 
 
 def memrl_runs(quick: bool) -> list[MemrlRun]:
@@ -82,6 +86,8 @@ def memrl_runs(quick: bool) -> list[MemrlRun]:
     if not quick:
         # One learner has nothing to partition: ZeRO-2 keeps the whole model and skips ZeRO-3's gather of every layer.
         runs += [replace(run, zero_stage=2) for run in runs if run.num_learners == 1]
+        # What a runner process of its own costs, on the setting that measures best.
+        runs.append(MemrlRun("torch", 1, 1, max(1, cores - 1), 1, zero_stage=2, num_env_runners=1))
     return runs
 
 
@@ -100,8 +106,9 @@ def run_memrl(settings: dict) -> dict:
     ray_up = time.time()
     config = (GRPOConfig()
               .environment("memrl/Echo-v0", env_config={"num_turns": 1, "reward": "similarity"})
-              .env_runners(num_env_runners=1, num_envs_per_env_runner=NUM_PROMPTS * GROUP_SIZE, engine=run.engine,
-                           num_cpus_per_engine=run.cpus_per_engine, max_tokens=MAX_TOKENS, temperature=1.0)
+              .env_runners(num_env_runners=run.num_env_runners, num_envs_per_env_runner=NUM_PROMPTS * GROUP_SIZE,
+                           engine=run.engine, num_cpus_per_engine=run.cpus_per_engine, max_tokens=MAX_TOKENS,
+                           temperature=1.0)
               .learners(model_path=settings["model"], num_learners=run.num_learners,
                         num_cpus_per_learner=run.cpus_per_learner, zero_stage=run.zero_stage)
               .training(lr=LR, tasks_per_iteration=NUM_PROMPTS, group_size=GROUP_SIZE, num_minibatches=1,

@@ -45,7 +45,8 @@ class EnvRunnersConfig:
     """Rollout side: env runners, their workflow and the inference engines."""
 
     num_env_runners: int = 1
-    """EnvRunner actors."""
+    """EnvRunner actors. 0: the runners run in the algorithm's own process, one per engine (as RLlib's
+    num_env_runners=0): one process fewer to start and feed, and a debugger stops inside envs and workflows."""
     num_envs_per_env_runner: int = 8
     """Envs per runner: trajectories a runner has in flight at once."""
     workflow: str = "last_observation"
@@ -393,8 +394,13 @@ class AlgorithmConfig(_Config):
 
         if run.workflow not in WORKFLOWS:
             raise ValueError(f"env_runners.workflow={run.workflow!r} is not registered; allowed: {sorted(WORKFLOWS)}")
+        if not isinstance(run.num_env_runners, numbers.Integral) or run.num_env_runners < 0:
+            raise ValueError(f"env_runners.num_env_runners={run.num_env_runners!r} is not allowed; it must be an "
+                             "integer >= 0 (0: the runners run in the algorithm's process)")
+        if run.num_env_runners == 0 and run.resources_per_env_runner:
+            raise ValueError("env_runners.resources_per_env_runner places runner actors; with num_env_runners=0 the "
+                             "runners run in the algorithm's process (set num_env_runners >= 1 to place them)")
         positive = {
-            "env_runners.num_env_runners": run.num_env_runners,
             "env_runners.num_envs_per_env_runner": run.num_envs_per_env_runner,
             "env_runners.num_engines": run.num_engines,
             "env_runners.max_calls_per_episode": run.max_calls_per_episode,

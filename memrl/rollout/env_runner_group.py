@@ -1,11 +1,13 @@
 """A group of EnvRunner actors: spreads tasks over them, replaces a runner that dies or stalls, and names the actor
-at fault when a round cannot finish."""
+at fault when a round cannot finish. With no runner actors, the group's runners live in the calling process."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import ray
@@ -31,6 +33,11 @@ class EnvRunnerGroup:
     tasks are resubmitted; more than `max_failures` such failures within `failure_window_s` stop the run. An
     engine's failure or an episode that failed on every attempt ends the round with the runner's error (naming
     the engine or the task), after the other runners' work is cancelled.
+
+    With `num_runners` 0 the runners are plain objects in this process, one per engine (RLlib's
+    num_env_runners=0): no process to start or to ship trajectories from, and a debugger stops inside envs and
+    workflows. A local round is one event loop over all of them; past `sample_timeout_s` it is cancelled and fails,
+    there being no process to replace.
     """
 
     def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *, max_failures: int = 3,
@@ -38,8 +45,8 @@ class EnvRunnerGroup:
                  resources_per_runner: dict | None = None, wait: bool = True):
         """Starts the runner actors, each reserving the Ray custom `resources_per_runner` (which nodes it may run
         on); with `wait` (the default) returns once they answer, else `wait_started` does."""
-        if num_runners < 1:
-            raise ValueError(f"num_runners must be >= 1, got {num_runners}")
+        if num_runners < 0:
+            raise ValueError(f"num_runners must be >= 0 (0: runners in this process), got {num_runners}")
         if not engines:
             raise ValueError("EnvRunnerGroup needs at least one engine actor")
         if not spec.tokenizer_class:
@@ -47,12 +54,19 @@ class EnvRunnerGroup:
         self.spec = spec
         self.sample_timeout_s = sample_timeout_s
         self.start_timeout_s = start_timeout_s
-        # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
-        self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
-                                     resources=resources_per_runner or {})(EnvRunner)
-        self.runners = [self._actor_cls.remote(spec, i) for i in range(num_runners)]
+        self.local = num_runners == 0
+        if self.local:
+            if resources_per_runner:
+                raise ValueError(f"resources_per_runner={resources_per_runner!r} places runner actors; with "
+                                 "num_runners 0 the runners run in this process")
+            self.runners = [EnvRunner(spec, i) for i in range(len(engines))]
+        else:
+            # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
+            self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,
+                                         resources=resources_per_runner or {})(EnvRunner)
+            self.runners = [self._actor_cls.remote(spec, i) for i in range(num_runners)]
         self.set_engines(engines)
-        self.engine_names = [f"inference engine {i % len(engines)}" for i in range(num_runners)]
+        self.engine_names = [f"inference engine {i % len(engines)}" for i in range(len(self.runners))]
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
                          "episodes_retried": 0, "episodes_failed": 0, "failed_rounds": 0}
         self._budget = FailureBudget(max_failures, failure_window_s, "env runner")
@@ -61,6 +75,8 @@ class EnvRunnerGroup:
 
     def wait_started(self) -> None:
         """Return once every runner answers (its env, workflow and tokenizer built), within start_timeout_s."""
+        if self.local:
+            return  # built in the constructor
         get([r.ping.remote() for r in self.runners], self.start_timeout_s, f"starting {len(self.runners)} env runners",
             "fault_tolerance.actor_start_timeout_s")
 
@@ -68,8 +84,12 @@ class EnvRunnerGroup:
         """Run `spec` (other envs, workflow or sampling over the same tokenizer) on the same runner actors from now
         on, without starting new processes; a runner replaced later starts with it too."""
         spec = dataclasses.replace(spec, tokenizer_class=spec.tokenizer_class or self.spec.tokenizer_class)
-        get([r.configure.remote(spec) for r in self.runners], self.start_timeout_s,
-            f"configuring {len(self.runners)} env runners", "fault_tolerance.actor_start_timeout_s")
+        if self.local:
+            for runner in self.runners:
+                runner.configure(spec)
+        else:
+            get([r.configure.remote(spec) for r in self.runners], self.start_timeout_s,
+                f"configuring {len(self.runners)} env runners", "fault_tolerance.actor_start_timeout_s")
         self.spec = spec
 
     def sample(self, tasks: list[Task], seed: int | None = None) -> tuple[pa.Table, dict[str, float]]:
@@ -82,10 +102,28 @@ class EnvRunnerGroup:
         self.counters["tasks_submitted"] += len(tasks)
         chunks = _split(tasks, len(self.runners))
         seeds = spawn_seeds(seed, len(chunks)) if seed is not None else [None] * len(chunks)
+        results = (self._sample_here if self.local else self._sample_on_actors)(chunks, seeds)
+        stats: dict[str, float] = {}
+        for _, runner_stats in results.values():
+            for k, v in runner_stats.items():
+                stats[k] = stats.get(k, 0.0) + v
+        table = concat([results[i][0] for i in sorted(results)])
+        returned = table.column("traj_id").unique().to_pylist()
+        expected = [t.traj_id for t in tasks]
+        if sorted(returned) != sorted(expected):
+            raise RuntimeError(
+                f"episode accounting mismatch: submitted {len(expected)} tasks, got back {len(returned)} trajectories"
+            )
+        self.counters["trajectories_returned"] += len(returned)
+        self.counters["episodes_retried"] += int(stats.get("episode_retries", 0))
+        self.counters["episodes_failed"] += int(stats.get("episodes_failed", 0))
+        return table, stats
+
+    def _sample_on_actors(self, chunks: list[list[Task]], seeds: list) -> dict[int, tuple[pa.RecordBatch, dict]]:
+        """Runner i's (batch, stats) for each non-empty chunk i, from the runner actors."""
         pending = {self._submit(i, chunk, seeds[i]): (i, chunk, time.monotonic() + self.sample_timeout_s)
                    for i, chunk in enumerate(chunks) if chunk}
-        batches: dict[int, pa.RecordBatch] = {}
-        stats: dict[str, float] = {}
+        results: dict[int, tuple[pa.RecordBatch, dict[str, float]]] = {}
         while pending:
             first_deadline = min(deadline for *_, deadline in pending.values())
             done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first_deadline - time.monotonic()))
@@ -113,20 +151,35 @@ class EnvRunnerGroup:
                 pending[self._submit(i, chunk, seeds[i])] = (i, chunk, time.monotonic() + self.sample_timeout_s)
                 self.counters["resubmitted"] += len(chunk)
                 continue
-            batches[i] = batch
-            for k, v in runner_stats.items():
-                stats[k] = stats.get(k, 0.0) + v
-        table = concat([batches[i] for i in sorted(batches)])
-        returned = table.column("traj_id").unique().to_pylist()
-        expected = [t.traj_id for t in tasks]
-        if sorted(returned) != sorted(expected):
-            raise RuntimeError(
-                f"episode accounting mismatch: submitted {len(expected)} tasks, got back {len(returned)} trajectories"
-            )
-        self.counters["trajectories_returned"] += len(returned)
-        self.counters["episodes_retried"] += int(stats.get("episode_retries", 0))
-        self.counters["episodes_failed"] += int(stats.get("episodes_failed", 0))
-        return table, stats
+            results[i] = (batch, runner_stats)
+        return results
+
+    def _sample_here(self, chunks: list[list[Task]], seeds: list) -> dict[int, tuple[pa.RecordBatch, dict]]:
+        """Runner i's (batch, stats) for each non-empty chunk i, from the runners in this process."""
+
+        async def round_() -> dict[int, tuple[pa.RecordBatch, dict]]:
+            jobs = {i: asyncio.ensure_future(self.runners[i].sample(chunk, self.engines[i], seeds[i],
+                                                                    self.engine_names[i]))
+                    for i, chunk in enumerate(chunks) if chunk}
+            done, late = await asyncio.wait(jobs.values(), timeout=self.sample_timeout_s,
+                                            return_when=asyncio.FIRST_EXCEPTION)
+            failed = next((i for i, job in jobs.items() if job in done and job.exception() is not None), None)
+            if failed is None and not late:
+                return {i: job.result() for i, job in jobs.items()}
+            self.counters["failed_rounds"] += 1
+            for job in late:
+                job.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+            if failed is None:
+                raise TimeoutError(f"the env runners in this process did not finish their {sum(map(len, chunks))} "
+                                   f"tasks within {self.sample_timeout_s:g} s; if they need longer, raise "
+                                   "fault_tolerance.sample_timeout_s")
+            cause = jobs[failed].exception()
+            if isinstance(cause, (EngineFailed, EpisodeFailed)):
+                raise cause
+            raise RuntimeError(f"env runner {failed} failed: {type(cause).__name__}: {cause}") from cause
+
+        return _run(round_())
 
     def _submit(self, i: int, chunk: list[Task], seed: int | None):
         return self.runners[i].sample.remote(chunk, self.engines[i], seed, self.engine_names[i])
@@ -159,9 +212,13 @@ class EnvRunnerGroup:
             ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_WAIT_S)
 
     def shutdown(self) -> None:
-        """Kill every runner actor."""
+        """Kill every runner actor (close the envs of runners in this process)."""
         for r in self.runners:
-            ray.kill(r)
+            if self.local:
+                for env in r.envs:
+                    env.close()
+            else:
+                ray.kill(r)
         self.runners = []
 
 
@@ -177,3 +234,14 @@ def _split(tasks: list[Task], n: int) -> list[list[Task]]:
     for k, group in enumerate(groups):
         chunks[k * n // max(1, len(groups))].extend(group)
     return chunks
+
+
+def _run(coroutine):
+    """asyncio.run(coroutine), also from a thread whose event loop is running (a notebook's): there in a thread of
+    its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

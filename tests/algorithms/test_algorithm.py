@@ -128,10 +128,13 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     algo.stop()
 
 
-def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint):
+@pytest.mark.parametrize("num_env_runners", [2, 0])
+def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint, num_env_runners):
     config = _config(tiny_checkpoint, "torch").environment(
-        env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4})
+        env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4}).env_runners(
+        num_env_runners=num_env_runners)
     algo = config.build()
+    assert algo.env_runner_group.local == (num_env_runners == 0)
     result = algo.train()
     counters = result["counters"]
     failed = counters["trajectories_failed"]

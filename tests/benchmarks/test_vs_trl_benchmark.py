@@ -43,7 +43,8 @@ def test_full_run_measures_every_one_learner_setting_at_zero_stage_2_too():
     from benchmarks.vs_trl import memrl_runs
 
     runs = memrl_runs(quick=False)
-    assert len({run.name for run in runs}) == len(runs) == 12
+    assert len({run.name for run in runs}) == len(runs) == 13
     assert {run.name for run in runs if run.zero_stage == 2} == {
-        f"memrl_{engine}_1L_{mode}_zero2" for engine in ("torch", "vllm") for mode in ("sync", "async1")}
+        f"memrl_{engine}_1L_{mode}_zero2" for engine in ("torch", "vllm") for mode in ("sync", "async1")} | {
+        "memrl_torch_1L_async1_zero2_1runner"}
     assert [run.name for run in memrl_runs(quick=True)] == ["memrl_torch_1L_async1"]

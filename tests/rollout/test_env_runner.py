@@ -107,6 +107,43 @@ def test_runners_take_a_new_spec_in_place_and_keep_their_tokenizer(engine, tiny_
     group.shutdown()
 
 
+def test_runners_in_this_process_sample_what_runner_actors_sample(engine, tiny_checkpoint):
+    # Two local runners (one per engine given, here the same engine twice) run in one event loop; under the same
+    # seed they give what two runner actors on that engine give.
+    actors = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+    here = EnvRunnerGroup(_spec(tiny_checkpoint), [engine, engine], num_runners=0)
+    assert here.local and len(here.runners) == 2 and isinstance(here.runners[0], EnvRunner)
+    tasks = _tasks(8)
+    reference, _ = actors.sample(tasks, seed=7)
+    table, stats = here.sample(tasks, seed=7)
+    assert table.equals(reference)
+    assert stats["trajectories"] == 8 and stats["calls"] == 16
+    here.configure(_spec(tiny_checkpoint, num_turns=3))
+    assert [len(t.conversations) for t in from_arrow(here.sample(tasks, seed=7)[0])] == [3] * 8
+    assert here.counters["tasks_submitted"] == here.counters["trajectories_returned"] == 16
+    actors.shutdown()
+    here.shutdown()
+
+
+def test_a_local_round_past_its_deadline_is_cancelled_and_named(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.5), [engine], num_runners=0, sample_timeout_s=0.6)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"the env runners in this process did not finish their 4 tasks within "
+                                           r"0.6 s; if they need longer, raise fault_tolerance.sample_timeout_s"):
+        group.sample(_tasks(4))
+    assert time.monotonic() - t0 < 5 and group.counters["failed_rounds"] == 1
+    group.sample_timeout_s = 60.0  # the cancelled round left the runner ready for the next
+    assert sorted(t.traj_id for t in from_arrow(group.sample(_tasks(4))[0])) == [f"t{i}" for i in range(4)]
+    group.shutdown()
+
+
+def test_runners_in_this_process_place_no_actors(engine, tiny_checkpoint):
+    with pytest.raises(ValueError, match="resources_per_runner=.* places runner actors; with num_runners 0"):
+        EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=0, resources_per_runner={"head": 0.1})
+    with pytest.raises(ValueError, match="num_runners must be >= 0"):
+        EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=-1)
+
+
 def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
     spec = EnvRunnerSpec(env="memrl/ChunkStream-v0",
                          env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
@@ -336,9 +373,10 @@ def _pid(actor) -> int:
     return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
 
 
-def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkpoint):
+@pytest.mark.parametrize("num_runners", [2, 0])
+def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkpoint, num_runners):
     engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
-    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=2)
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=num_runners)
     result = {}
 
     def run():
