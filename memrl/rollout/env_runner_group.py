@@ -44,7 +44,8 @@ class EnvRunnerGroup:
                  failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
                  resources_per_runner: dict | None = None, wait: bool = True):
         """Starts the runner actors, each reserving the Ray custom `resources_per_runner` (which nodes it may run
-        on); with `wait` (the default) returns once they answer, else `wait_started` does."""
+        on); with `wait` (the default) returns once they answer, else `wait_started` does. `num_runners` 0 builds
+        one runner per engine here instead."""
         if num_runners < 0:
             raise ValueError(f"num_runners must be >= 0 (0: runners in this process), got {num_runners}")
         if not engines:
