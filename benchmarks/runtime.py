@@ -90,7 +90,12 @@ QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens
 def timed(fn, repeats: int, warmup: int = 1) -> tuple[dict[str, float], Any]:
     """Run `fn` warmup + repeats times; mean and min seconds of the timed runs, and the last result."""
     times, results = in_turns({"fn": fn}, repeats, warmup)
-    return {"mean_s": float(np.mean(times["fn"])), "min_s": float(np.min(times["fn"]))}, results["fn"]
+    return mean_and_min(times["fn"]), results["fn"]
+
+
+def mean_and_min(seconds: list[float]) -> dict[str, float]:
+    """Mean and min of timed calls' seconds."""
+    return {"mean_s": float(np.mean(seconds)), "min_s": float(np.min(seconds))}
 
 
 def in_turns(runs: dict[str, Any], repeats: int, warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, Any]]:
@@ -266,8 +271,8 @@ class SyncBench:
 
         times, _ = in_turns({name: functools.partial(transfer, *variant) for name, variant in variants.items()},
                             repeats)
-        return {name: {"mean_s": float(np.mean(t)), "min_s": float(np.min(t)),
-                       "mb_per_s": self.nbytes / float(np.mean(t)) / 1e6} for name, t in times.items()}
+        return {name: {**mean_and_min(t), "mb_per_s": self.nbytes / float(np.mean(t)) / 1e6}
+                for name, t in times.items()}
 
     def close(self) -> None:
         self.conn.send(("stop", None))

@@ -138,10 +138,8 @@ class BucketReceiver:
             dtype = _dtype(buckets[i][0][2])
             flat = (_staging(self._buffers, i % 2, numel, dtype, self.device) if self.reuse
                     else torch.empty(numel, dtype=dtype, device=self.device))
-            views, offset = [], 0
-            for _, shape, _ in buckets[i]:
-                views.append(flat[offset : offset + _numel(shape)].view(shape))
-                offset += _numel(shape)
+            shapes = [shape for _, shape, _ in buckets[i]]
+            views = [part.view(shape) for part, shape in zip(flat.split([_numel(s) for s in shapes]), shapes)]
             return views, [w for j, view in enumerate(views) for w in transfer(self.pg, view, first_tags[i] + j)]
 
         pending = post(0) if buckets else None
