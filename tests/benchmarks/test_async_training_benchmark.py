@@ -24,6 +24,8 @@ def test_quick_run_measures_both_modes_on_the_same_tasks(tmp_path):
     assert results["eval_before"]["num_tasks"] == tasks
     for name, mode in results["modes"].items():
         assert mode["iterations"] >= 1 and mode["trained_s"] > 0, name
+        # The machine worked while it trained, and no more than its cores allow.
+        assert 0 < mode["cores_busy"] <= results["overlap_ceiling"]["cores"] + 0.05, name
         assert mode["eval_after"]["num_tasks"] == len(mode["rewards_after"]) == tasks, name
         counters = mode["counters"]
         ahead = counters["trajectories_prefetched"]
@@ -33,5 +35,9 @@ def test_quick_run_measures_both_modes_on_the_same_tasks(tmp_path):
                                                     + counters["trajectories_stale"] + ahead), name
     assert math.isfinite(results["speedup"]) and results["speedup"] > 0
     assert results["async_minus_sync"]["ci_low"] <= results["async_minus_sync"]["mean"]
-    assert "async_1 / sync iterations per minute" in proc.stdout
+    ceiling = results["overlap_ceiling"]
+    sync = results["modes"]["sync"]
+    assert ceiling["best_iteration_s"] == sync["busy_cpu_s_per_iteration"] / ceiling["cores"]
+    assert ceiling["speedup"] >= 1.0 - 0.05  # the synchronous loop cannot keep more than every core busy
+    assert "async_1 / sync iterations per minute" in proc.stdout and "at most" in proc.stdout
     assert (tmp_path / "async_training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
