@@ -35,7 +35,7 @@ from tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoi
 from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
-"""Document lengths, as multiples of the training length."""
+"""Document lengths, as multiples of NUM_DOCS (the length the warm-starts learnt at; the main job's RL trains at 4x)."""
 WARM_START_NAME = "MemAgent warm-start"
 """The policy every other one is compared with, paired on the same questions at each length."""
 TRAINED = RUNS / "memagent_dapo" / "model"
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="the full-context baseline's checkpoint (default: the shipped SFT one; "
                         "runs/memagent_dapo_full_context/model after memagent_dapo.py --workflow full_context)")
     p.add_argument("--multipliers", type=int, nargs="+", default=list(MULTIPLIERS),
-                   help="document lengths as multiples of the training length")
+                   help="document lengths as multiples of the warm-starts' length (10 documents)")
     p.add_argument("--num-tasks", type=int, default=200, help="held-out questions per length")
     p.add_argument("--samples", type=int, default=1, help="answers per question (> 1 needs --temperature > 0)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")

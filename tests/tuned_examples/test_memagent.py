@@ -17,7 +17,7 @@ from tuned_examples.memagent_dapo import (
     MEMORY_TOKENS,
     NUM_DOCS,
     PAPER,
-    TRAIN_LENGTHS,
+    RL_NUM_DOCS,
     WARM_START,
     config,
     cpu_task,
@@ -37,19 +37,22 @@ def test_paper_preset_sized_for_gpus():
     assert cfg.env_runners_cfg.engine_config["max_model_len"] == PAPER["window_tokens"] == 8192
 
 
-def test_cpu_default_trains_and_scores_at_the_base_length():
+def test_cpu_default_trains_and_scores_at_four_times_the_warm_starts_length():
     cfg = config(WARM_START)
     cfg.validate()
-    assert cfg.environment_cfg.env_config["num_docs"] == TRAIN_LENGTHS == (NUM_DOCS,)
-    assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
-    # The full-context baseline gets the same training: only the workflow, its window and the whole document differ.
+    assert cfg.environment_cfg.env_config["num_docs"] == RL_NUM_DOCS == 4 * NUM_DOCS
+    assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": RL_NUM_DOCS}
+    # The full-context baseline gets the same training at the length its window holds: only the workflow, its
+    # window, the whole document and its length differ.
     base = config(BASELINE, "full_context")
     base.validate()
     assert base.env_runners_cfg.workflow == "full_context" and base.env_runners_cfg.workflow_config == {
         "max_context_tokens": BASELINE_WINDOW}
     assert base.environment_cfg.env_config == {**cfg.environment_cfg.env_config, "stream": False,
-                                               "tokenizer_path": str(BASELINE)}
-    assert base.training_cfg == cfg.training_cfg and base.evaluation_cfg == cfg.evaluation_cfg
+                                               "num_docs": NUM_DOCS, "tokenizer_path": str(BASELINE)}
+    assert base.training_cfg == cfg.training_cfg
+    assert base.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
+    assert base.evaluation_cfg.evaluation_num_tasks == cfg.evaluation_cfg.evaluation_num_tasks
 
 
 def test_the_baseline_build_gets_the_rl_policys_budget():
@@ -105,7 +108,8 @@ def test_each_memory_write_is_credited_on_its_own(ray_session):
     # One task of four trajectories per iteration: every trajectory has the same number of calls n, so the mean
     # reward of the trained calls is (memory_score * (n - 1) + em) / n of the env's own figures.
     cfg = (config(WARM_START)
-           .environment(env_config={**config(WARM_START).environment_cfg.env_config, "score_memories": True})
+           .environment(env_config={**config(WARM_START).environment_cfg.env_config, "num_docs": NUM_DOCS,
+                                    "score_memories": True})
            .env_runners(num_envs_per_env_runner=4)
            .training(tasks_per_iteration=1, group_size=4, call_advantages=True, dynamic_sampling=False,
                      max_staleness=0))
