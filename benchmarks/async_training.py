@@ -1,7 +1,7 @@
 """Asynchronous training benchmark: the main job (tuned_examples/memagent_dapo.py) synchronous against one batch
 sampled ahead (training.max_staleness=1), each trained for the same wall-clock budget.
 
-    python benchmarks/async_training.py [--minutes 10] [--eval-tasks 1000] [--quick] [--out benchmarks/results]
+    python benchmarks/async_training.py [--minutes 10] [--eval-tasks 400] [--quick] [--out benchmarks/results]
 
 Both runs start from the main job's warm-start with the same seed. Each trains until the next iteration would pass
 the budget, then the policy is evaluated greedily on the same held-out tasks; the starting policy is evaluated once
@@ -27,7 +27,7 @@ from tuned_examples import memagent_dapo
 MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""
 QUICK_BATCH = {"tasks_per_iteration": 2, "group_size": 4}
-"""--quick: a batch small enough that an iteration takes seconds (the main job's is 8 x 8 over 10 documents)."""
+"""--quick: a batch small enough that an iteration takes seconds, at 10 documents (the main job's is 8 x 8 at 40)."""
 
 
 def busy_cpu_s() -> float:
@@ -42,12 +42,13 @@ def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list 
              quick: bool = False) -> tuple[dict, list]:
     """Train the main job's config at `max_staleness` for `budget_s` seconds, then evaluate; returns its figures and
     the starting policy's held-out trajectories (sampled here when `before` is None). `quick` trains on QUICK_BATCH
-    at the base length only."""
+    and evaluates at the base length only."""
     config = (memagent_dapo.config().training(max_staleness=max_staleness)
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
     if quick:
         env_config = {**config.environment_cfg.env_config, "num_docs": memagent_dapo.NUM_DOCS}
-        config = config.environment(env_config=env_config).training(**QUICK_BATCH)
+        config = (config.environment(env_config=env_config).training(**QUICK_BATCH)
+                  .evaluation(evaluation_env_config={"num_docs": memagent_dapo.NUM_DOCS}))
     algo = config.build()
     if before is None:
         log("evaluating the starting policy")
@@ -120,7 +121,8 @@ def main() -> None:
     p = parser(__doc__, "async_training", "a 10-second budget, a batch of 2 x 4 at 10 documents and 8 held-out "
                "tasks per mode (what the test runs)")
     p.add_argument("--minutes", type=float, default=10.0, help="training budget of each mode")
-    p.add_argument("--eval-tasks", type=int, default=1000, help="held-out tasks evaluated after each mode")
+    p.add_argument("--eval-tasks", type=int, default=400,
+                   help="held-out tasks evaluated after each mode (the main job evaluates 400)")
     args = p.parse_args()
     started = time.perf_counter()
     log = elapsed_log()
