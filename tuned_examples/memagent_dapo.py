@@ -73,7 +73,7 @@ def config(model: str | Path = WARM_START, workflow: str = "memagent", num_docs:
            lr: float = CPU_LR) -> DAPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration at RL_NUM_DOCS documents, one vLLM engine, two
     ZeRO-3 learners, one batch sampled ahead, held-out evaluation at the same length. Sampling ahead gives more
-    iterations per minute than the synchronous loop and a better policy after the same minutes
+    iterations per minute than the synchronous loop and a policy at least as good after the same minutes
     (benchmarks/async_training.py; both phases share the same two cores). `workflow` "full_context" gives the
     full-context baseline (`model`: BASELINE) the same training at the length its window holds (NUM_DOCS), one call
     per question. `num_docs` (default: those lengths) and `lr` change where and how fast it learns."""
@@ -124,17 +124,19 @@ def main() -> None:
                    "the same settings; writes runs/memagent_dapo_full_context by default)")
     p.add_argument("--num-docs", type=int, help=f"CPU runs: documents per question, where the RL trains and is scored "
                    f"(default: {RL_NUM_DOCS} for MemAgent, {NUM_DOCS} for the baseline)")
-    p.add_argument("--lr", type=float, default=CPU_LR, help=f"CPU runs: learning rate (default: {CPU_LR})")
+    p.add_argument("--lr", type=float, help=f"CPU runs: learning rate (default: {CPU_LR})")
     args = p.parse_args()
     if args.workflow == "full_context" and args.num_gpus:
         p.error("--workflow full_context is the CPU baseline; the GPU preset trains MemAgent")
-    if (args.num_docs is not None and args.num_docs < 1) or args.lr <= 0:
+    if args.num_gpus and (args.num_docs is not None or args.lr is not None):
+        p.error("--num-docs and --lr set the CPU default; the GPU preset uses the paper's settings")
+    if (args.num_docs is not None and args.num_docs < 1) or (args.lr is not None and args.lr <= 0):
         p.error(f"--num-docs must be a positive integer and --lr positive; got --num-docs {args.num_docs} "
                 f"--lr {args.lr}")
     baseline = args.workflow == "full_context"
     name = Path(__file__).stem + ("_full_context" if baseline else "")
     start = args.model or (BASELINE if baseline else WARM_START)
-    run_example(p, args, name, lambda: config(start, args.workflow, args.num_docs, args.lr),
+    run_example(p, args, name, lambda: config(start, args.workflow, args.num_docs, args.lr or CPU_LR),
                 lambda: paper_config(args.model, args.num_gpus, args.data), cpu_iterations=CPU_ITERATIONS)
 
 

@@ -72,6 +72,20 @@ def test_the_baseline_is_trained_on_cpu_only(monkeypatch, capsys):
     assert "--workflow full_context is the CPU baseline" in capsys.readouterr().err
 
 
+def test_length_and_rate_of_the_cpu_default_can_be_changed(monkeypatch, capsys):
+    cfg = config(WARM_START, num_docs=NUM_DOCS, lr=2e-4)
+    assert cfg.environment_cfg.env_config["num_docs"] == NUM_DOCS and cfg.training_cfg.lr == 2e-4
+    assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
+    for argv, message in [(["--num-docs", "0"], "--num-docs must be a positive integer and --lr positive"),
+                          (["--lr", "-1"], "--num-docs must be a positive integer and --lr positive"),
+                          (["--num-gpus", "2", "--model", "/ckpt", "--lr", "1e-5"],
+                           "--num-docs and --lr set the CPU default")]:
+        monkeypatch.setattr("sys.argv", ["memagent_dapo.py", *argv])
+        with pytest.raises(SystemExit):
+            memagent_dapo.main()
+        assert message in capsys.readouterr().err
+
+
 def test_cpu_task_rejects_unknown_workflows():
     with pytest.raises(ValueError, match="workflow='react' is not allowed"):
         cpu_task("react", tokenizer_path="x")
