@@ -43,12 +43,9 @@ def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list 
     """Train the main job's config at `max_staleness` for `budget_s` seconds, then evaluate; returns its figures and
     the starting policy's held-out trajectories (sampled here when `before` is None). `quick` trains on QUICK_BATCH
     and evaluates at the base length only."""
-    config = (memagent_dapo.config().training(max_staleness=max_staleness)
+    config = (memagent_dapo.config(num_docs=memagent_dapo.NUM_DOCS if quick else None)
+              .training(max_staleness=max_staleness, **(QUICK_BATCH if quick else {}))
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
-    if quick:
-        env_config = {**config.environment_cfg.env_config, "num_docs": memagent_dapo.NUM_DOCS}
-        config = (config.environment(env_config=env_config).training(**QUICK_BATCH)
-                  .evaluation(evaluation_env_config={"num_docs": memagent_dapo.NUM_DOCS}))
     algo = config.build()
     if before is None:
         log("evaluating the starting policy")
