@@ -72,9 +72,12 @@ def init_ray(num_gpus: int) -> None:
     ensure_ray()
 
 
-def default_model() -> str:
-    """The embedded tiny model (random weights), built once under runs/ (memrl.models.tiny.default_model)."""
-    return tiny.default_model(RUNS / "tiny-model")
+def default_model(num_layers: int = tiny.TinyModelConfig.num_layers) -> str:
+    """The embedded tiny model (random weights), built once under runs/ (memrl.models.tiny.default_model); another
+    `num_layers` gives the same model with that many transformer blocks, in a directory of its own."""
+    if num_layers == tiny.TinyModelConfig.num_layers:
+        return tiny.default_model(RUNS / "tiny-model")
+    return tiny.default_model(RUNS / f"tiny-model-{num_layers}-layers", tiny.TinyModelConfig(num_layers=num_layers))
 
 
 def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:

@@ -3,6 +3,7 @@
     python tuned_examples/memagent_sft.py                          # both, in full (what is shipped)
     python tuned_examples/memagent_sft.py --workflow memagent      # only the MemAgent policy
     python tuned_examples/memagent_sft.py --steps 20 --out /tmp/x  # one short stage, e.g. to try a change
+    python tuned_examples/memagent_sft.py --workflow full_context --layers 8   # the deeper baseline
 
 `memagent` (what RL starts from) learns MemAgent's calls on the CPU task: copy the question's relevant facts
 from each chunk into the memory, then answer from memory. `full_context` (the baseline of the length
@@ -117,20 +118,26 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the stage's row order (with --steps; a full build "
                    "seeds each stage with its index)")
     p.add_argument("--init", help="checkpoint to start from (with --steps; default: the embedded tiny model)")
+    p.add_argument("--layers", type=int, help="start from a fresh tiny model with this many transformer blocks "
+                   "instead of the embedded one's 4; writes <workflow>_<layers>_layers_sft")
     p.add_argument("--num-eval-tasks", type=int, default=200, help="held-out expert episodes to evaluate on")
     p.add_argument("--out", type=Path, default=CHECKPOINTS,
                    help="directory that receives one sub-directory per workflow (default: the shipped ones)")
     args = p.parse_args()
     if args.init and not args.steps:
         p.error("--init needs --steps: a full build starts from the embedded tiny model")
+    if args.layers is not None and (args.init or args.layers < 1):
+        p.error(f"--layers must be a positive number of blocks and excludes --init; got --layers {args.layers}"
+                + (f" with --init {args.init}" if args.init else ""))
+    init = args.init or (default_model(args.layers) if args.layers else None)
     for workflow in args.workflow or sorted(STAGES):
-        out = args.out / f"{workflow}_sft"
+        out = args.out / (f"{workflow}_{args.layers}_layers_sft" if args.layers else f"{workflow}_sft")
         if args.steps:
             stage = Stage(args.steps, args.num_train_tasks or STAGES[workflow][0].num_train_tasks, args.lr_schedule,
                           args.lr_min_ratio)
-            build(workflow, out, stage, args.num_eval_tasks, args.init, seed=args.seed)
+            build(workflow, out, stage, args.num_eval_tasks, init, seed=args.seed)
         else:
-            build_all(workflow, out, args.num_eval_tasks)
+            build_all(workflow, out, args.num_eval_tasks, init=init)
 
 
 if __name__ == "__main__":

@@ -166,12 +166,13 @@ def bpe_model(tokenizer_file: str | Path) -> dict:
     return json.loads(Path(tokenizer_file).read_text())["model"]
 
 
-def default_model(path: str | Path = "runs/tiny-model") -> str:
+def default_model(path: str | Path = "runs/tiny-model", config: TinyModelConfig | None = None) -> str:
     """The default model (random weights from the seed, DEFAULT_TOKENIZER) at `path`, built there the first time, and
-    again if the tokenizer found there is another; the shipped warm-starts were trained from it."""
+    again if the tokenizer found there is another; the shipped warm-starts were trained from it. `config` builds
+    another size instead (keep one path per size: a model already at `path` is not rebuilt for another size)."""
     path = Path(path)
     tokenizer_file = path / "tokenizer.json"
     if not ((path / "config.json").is_file() and tokenizer_file.is_file()
             and bpe_model(tokenizer_file) == bpe_model(DEFAULT_TOKENIZER)):
-        build_tiny_checkpoint(path, tokenizer=default_tokenizer())
+        build_tiny_checkpoint(path, config, tokenizer=default_tokenizer())
     return str(path)

@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from envs import multihop
 from memrl.models.tiny import (
     DEFAULT_TOKENIZER,
+    TinyModelConfig,
     bpe_model,
     build_tokenizer,
     default_corpus,
@@ -46,3 +47,12 @@ def test_default_model_is_rebuilt_when_its_tokenizer_is_another(tmp_path):
     assert bpe_model(path / "tokenizer.json") == bpe_model(DEFAULT_TOKENIZER)
     rebuilt = load_file(path / "model.safetensors")
     assert all((rebuilt[k] == v).all() for k, v in weights.items())
+
+
+def test_default_model_of_another_depth(tmp_path):
+    deep = Path(default_model(tmp_path / "deep", TinyModelConfig(num_layers=6)))
+    base = Path(default_model(tmp_path / "base"))
+    layers = {p: {k.split(".")[2] for k in load_file(p / "model.safetensors") if k.startswith("model.layers.")}
+              for p in (deep, base)}
+    assert (len(layers[deep]), len(layers[base])) == (6, 4)
+    assert bpe_model(deep / "tokenizer.json") == bpe_model(DEFAULT_TOKENIZER)

@@ -5,10 +5,10 @@ import json
 import re
 
 import pytest
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from memrl.sft import SUMMARY_FILE
-from tuned_examples import memagent_dapo, memagent_eval, memagent_sft
+from tuned_examples import common, memagent_dapo, memagent_eval, memagent_sft
 from tuned_examples.common import train, training_budget
 from tuned_examples.memagent_dapo import (
     BASELINE,
@@ -84,6 +84,24 @@ def test_length_and_rate_of_the_cpu_default_can_be_changed(monkeypatch, capsys):
         with pytest.raises(SystemExit):
             memagent_dapo.main()
         assert message in capsys.readouterr().err
+
+
+def test_baseline_build_from_a_deeper_model(monkeypatch, tmp_path, capsys):
+    built = []
+    monkeypatch.setattr(common, "RUNS", tmp_path)
+    monkeypatch.setattr(memagent_sft, "build_all", lambda workflow, out, num_eval_tasks, init=None:
+                        built.append((workflow, out, init)))
+    monkeypatch.setattr("sys.argv", ["memagent_sft.py", "--workflow", "full_context", "--layers", "6",
+                                     "--out", str(tmp_path / "ckpt")])
+    memagent_sft.main()
+    ((workflow, out, init),) = built
+    assert (workflow, out) == ("full_context", tmp_path / "ckpt" / "full_context_6_layers_sft")
+    assert AutoConfig.from_pretrained(init).num_hidden_layers == 6
+    for argv in (["--layers", "0"], ["--layers", "6", "--steps", "2", "--init", "/ckpt"]):
+        monkeypatch.setattr("sys.argv", ["memagent_sft.py", *argv])
+        with pytest.raises(SystemExit):
+            memagent_sft.main()
+        assert "--layers must be a positive number of blocks and excludes --init" in capsys.readouterr().err
 
 
 def test_cpu_task_rejects_unknown_workflows():
