@@ -3,7 +3,7 @@
     python tuned_examples/memagent_sft.py                          # both, in full (what is shipped)
     python tuned_examples/memagent_sft.py --workflow memagent      # only the MemAgent policy
     python tuned_examples/memagent_sft.py --steps 20 --out /tmp/x  # one short stage, e.g. to try a change
-    python tuned_examples/memagent_sft.py --workflow full_context --layers 8   # the deeper baseline
+    python tuned_examples/memagent_sft.py --workflow full_context --layers 8 --out runs/deep  # an 8-block baseline
 
 `memagent` (what RL starts from) learns MemAgent's calls on the CPU task: copy the question's relevant facts
 from each chunk into the memory, then answer from memory. `full_context` (the baseline of the length
@@ -63,8 +63,9 @@ warm-start nor a rate of 3e-3 nor a model of 3.3x the parameters (TinyModelConfi
 key/value heads, intermediate_size 768) helped, nor one of twice the depth: `--layers 8` (2.0x the parameters) reached
 0.335 [0.273, 0.403] after the first stage and 0.265 [0.209, 0.330] after the second (held-out NLL 0.216 -> 0.129).
 Most of the baseline's greedy failures quote X's employer right and then another person's "was born in" sentence,
-the more often the more such sentences the ten documents hold: it matches the employer's name only loosely. Greedy accuracy on 200 questions swings by up to 0.1 between
-evaluations 40 steps apart, so sft_summary.json's last point is a noisy reading of the build."""
+the more often the more such sentences the ten documents hold: it matches the employer's name only loosely. Greedy
+accuracy on 200 questions swings by up to 0.1 between evaluations 40 steps apart, so sft_summary.json's last point is
+a noisy reading of the build."""
 
 TRAIN_LENGTHS = {"memagent": NUM_DOCS, "full_context": (2, 4, 6, 8, NUM_DOCS)}
 """Documents per question in each build's training episodes (a tuple draws one length per question); both are
