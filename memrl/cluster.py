@@ -15,19 +15,11 @@ from collections import deque
 import ray
 from ray.exceptions import GetTimeoutError
 
+from memrl.console import verbose
+
 MIN_LOCAL_CPUS = 8
 """Logical CPUs of a local Ray instance at the least (room for evaluation engines and retrieval actors beside the
 training actors)."""
-
-
-VERBOSE_ENV = "MEMRL_VERBOSE"
-"""Set to 1 (the tuned examples' --verbose does) to see every library's log: actors' output on the console, vLLM
-at INFO. Unset, the console shows memrl's own progress and warnings only; actors' logs stay in Ray's log files."""
-
-
-def verbose() -> bool:
-    """Whether the user asked for every library's log (MEMRL_VERBOSE=1)."""
-    return os.environ.get(VERBOSE_ENV, "").lower() in ("1", "true", "yes")
 
 
 def ensure_ray(num_cpus: int = 0) -> None:

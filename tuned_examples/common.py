@@ -13,8 +13,9 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
-from memrl.cluster import VERBOSE_ENV, ensure_ray
+from memrl.cluster import ensure_ray
 from memrl.config import AlgorithmConfig
+from memrl.console import VERBOSE_ENV
 from memrl.engines import ENGINES
 from memrl.models import tiny
 from memrl.sft import SUMMARY_FILE

@@ -27,8 +27,9 @@ from envs.tokenizer import tokenizer_class_path
 from memrl import checkpoints, rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
 from memrl.algorithms.recovery import Recovery, wait_engines_ready
-from memrl.cluster import FailureBudget, get, trial_placement_group, verbose
+from memrl.cluster import FailureBudget, get, trial_placement_group
 from memrl.config import AlgorithmConfig
+from memrl.console import verbose
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout

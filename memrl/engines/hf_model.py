@@ -14,7 +14,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.utils import logging as hf_logging
 
-from memrl.cluster import verbose
+from memrl.console import verbose
 
 CPU_ATTENTION = "memrl_sdpa_gqa"
 """The attention the engine runs on CPU: torch's scaled_dot_product_attention with grouped-query attention done by the

@@ -1,4 +1,6 @@
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -323,3 +325,19 @@ def test_weight_sync_into_a_model_of_another_dtype_copies_each_tensor(ray_sessio
     for name, t in tensors.items():
         torch.testing.assert_close(got[name], t.to(torch.bfloat16).float(), rtol=0, atol=0)
     ray.kill(actor)
+
+
+def test_engine_and_learner_run_without_ray(tiny_checkpoint):
+    # A machine without Ray (a GPU box checking the engine and the learner alone) builds and samples from both.
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # any import of Ray now fails\n"
+        "from memrl.engines.base import SamplingConfig\n"
+        "from memrl.engines.torch_engine import TorchEngine\n"
+        "import memrl.learner.learner\n"
+        f"out = TorchEngine({str(tiny_checkpoint)!r}, seed=0).generate([[5, 6, 7]], SamplingConfig(max_tokens=3))\n"
+        "print(len(out[0].token_ids))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 1 <= int(result.stdout.split()[-1]) <= 3
