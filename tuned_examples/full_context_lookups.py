@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -94,8 +95,8 @@ def score(checkpoint: Path, num_docs: int, num_tasks: int, seed: int = 0) -> dic
 
 
 def markdown(checkpoint: Path, rows: list[dict]) -> str:
-    lines = [f"Teacher-forced lookups of `{checkpoint}` ({rows[0]['num_tasks']} held-out questions per length, "
-             "greedy; 95% intervals)", "",
+    lines = [f"Teacher-forced lookups of `{os.path.relpath(checkpoint)}` ({rows[0]['num_tasks']} held-out questions "
+             "per length, greedy; 95% intervals)", "",
              "| documents | employer (hop 1) | city (hop 2) | guessing a born city | guessing one after the employer |",
              "|---|---|---|---|---|"]
     for r in rows:

@@ -63,7 +63,9 @@ warm-start nor a rate of 3e-3 nor a model of 3.3x the parameters (TinyModelConfi
 key/value heads, intermediate_size 768) helped, nor one of twice the depth: `--layers 8` (2.0x the parameters) reached
 0.335 [0.273, 0.403] after the first stage and 0.265 [0.209, 0.330] after the second (held-out NLL 0.216 -> 0.129).
 Most of the baseline's greedy failures quote X's employer right and then another person's "was born in" sentence,
-the more often the more such sentences the ten documents hold: it matches the employer's name only loosely. Greedy
+the more often the more such sentences the ten documents hold. Scored lookup by lookup on the expert's reply
+(tuned_examples/full_context_lookups.py), it finds the employer (0.846 at 10 documents) and picks the employer's city
+no better than guessing one of the "was born in" cities after the employer's document (0.304 against 0.376). Greedy
 accuracy on 200 questions swings by up to 0.1 between evaluations 40 steps apart, so sft_summary.json's last point is
 a noisy reading of the build."""
 
