@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +94,10 @@ def score(checkpoint: Path, num_docs: int, num_tasks: int, seed: int = 0) -> dic
 
 
 def markdown(checkpoint: Path, rows: list[dict]) -> str:
-    lines = [f"Teacher-forced lookups of `{os.path.relpath(checkpoint)}` ({rows[0]['num_tasks']} held-out questions "
-             "per length, greedy; 95% intervals)", "",
+    path = checkpoint.resolve()
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # no machine's root in the table
+    lines = [f"Teacher-forced lookups of `{shown}` ({rows[0]['num_tasks']} held-out questions per length, greedy; "
+             "95% intervals)", "",
              "| documents | employer (hop 1) | city (hop 2) | guessing a born city | guessing one after the employer |",
              "|---|---|---|---|---|"]
     for r in rows:
