@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     checkpoint = require_checkpoint(p, "--checkpoint", args.checkpoint)
     if args.num_tasks < 1:
         p.error(f"--num-tasks must be at least 1, got {args.num_tasks}")
-    if any(n < 2 for n in args.lengths):
-        p.error(f"--lengths must be at least 2 (the two gold documents), got {args.lengths}")
+    if any(not 2 <= n <= NUM_DOCS for n in args.lengths):
+        p.error(f"--lengths must be from 2 (the two gold documents) to {NUM_DOCS} (what the baseline's window holds "
+                f"whole), got {args.lengths}")
     hf_logging.disable_progress_bar()  # one load per length; the table is the output
     rows = [score(checkpoint, n, args.num_tasks) for n in args.lengths]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,10 @@ def test_bad_arguments_are_named(tmp_path, capsys):
     assert "is not a Hugging Face checkpoint directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         full_context_lookups.main(["--lengths", "1", "--out", str(tmp_path)])
-    assert "--lengths must be at least 2" in capsys.readouterr().err
+    assert "--lengths must be from 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        full_context_lookups.main(["--lengths", "11", "--out", str(tmp_path)])
+    assert "to 10 (what the baseline's window holds whole)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         full_context_lookups.main(["--num-tasks", "0", "--out", str(tmp_path)])
     assert "--num-tasks must be at least 1" in capsys.readouterr().err
