@@ -65,10 +65,9 @@ def lookup_positions(tokenizer, response_ids: list[int]) -> dict[str, int]:
     return positions
 
 
-def score(checkpoint: Path, num_docs: int, num_tasks: int, seed: int = 0) -> dict:
-    """Teacher-forced greedy accuracy of each lookup and the guessing levels on `num_tasks` held-out questions."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+def score(checkpoint: Path, model, tokenizer, num_docs: int, num_tasks: int, seed: int = 0) -> dict:
+    """Teacher-forced greedy accuracy of `model` (loaded from `checkpoint`) at each lookup and the guessing levels on
+    `num_tasks` held-out questions."""
     env_config, workflow_config = cpu_task("full_context", str(checkpoint), num_docs=num_docs)
     right = {name: 0 for name in LOOKUPS}
     guesses = []
@@ -121,8 +120,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if any(not 2 <= n <= NUM_DOCS for n in args.lengths):
         p.error(f"--lengths must be from 2 (the two gold documents) to {NUM_DOCS} (what the baseline's window holds "
                 f"whole), got {args.lengths}")
-    hf_logging.disable_progress_bar()  # one load per length; the table is the output
-    rows = [score(checkpoint, n, args.num_tasks) for n in args.lengths]
+    hf_logging.disable_progress_bar()  # the table is the output
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    rows = [score(checkpoint, model, tokenizer, n, args.num_tasks) for n in args.lengths]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "lookups.json").write_text(json.dumps(rows, indent=2))
     table = markdown(checkpoint, rows)
