@@ -15,9 +15,11 @@ from the original's synthetic template ("i need <attributes> <type> with <group>
 options and features to pick the one the goal describes.
 
 `load_catalog(data_dir)` reads the original files: items_shuffle_1000.json (or items_shuffle.json), items_ins_v2_1000
-.json (or items_ins_v2.json), items_human_ins.json and, if present, reviews.json, with the original engine's rules
+.json (or items_ins_v2.json), items_human_ins.json and, with read_reviews, reviews.json, with the original engine's rules
 (ids longer than 10 characters or 'nan' dropped, options lower-cased with '/' as ' | ', attributes from items_ins_v2
-or ['DUMMY_ATTR'], a price drawn in a product's price range, human goals without attributes skipped).
+as they are, an empty list included, or ['DUMMY_ATTR'] for a product it does not list, a price drawn in a product's
+price range, human goals without attributes skipped). Like the original engine it ignores reviews.json unless asked
+(`read_reviews=True`).
 """
 
 from __future__ import annotations
@@ -332,16 +334,25 @@ def _pricing(text) -> tuple[list[float], str]:
     return values[:2], f"${values[0]} to ${values[1]}"
 
 
+def _attributes(entry) -> list[str]:
+    # The original keeps a product's attribute list as it is, empty included; only a product without one gets
+    # the placeholder.
+    if isinstance(entry, dict) and "attributes" in entry:
+        return list(entry["attributes"] or [])
+    return ["DUMMY_ATTR"]
+
+
 def load_catalog(data_dir: str | Path, num_products: int | None = None, seed: int = 0, test_goals: int = 500,
-                 val_goals: int = 1000) -> Catalog:
+                 val_goals: int = 1000, read_reviews: bool = False) -> Catalog:
     """The original WebShop files in `data_dir` as a Catalog with the human goals (see the module docstring).
     `num_products` keeps the first that many rows of the items file, as the original does; `seed` draws the price
-    of products with a price range and the goals' price limits."""
+    of products with a price range and the goals' price limits; `read_reviews` reads reviews.json, which the
+    original engine never does (its products have no reviews and the rating "N.A.")."""
     data_dir = Path(data_dir)
     items_path = _first(data_dir, ("items_shuffle_1000.json", "items_shuffle.json"))
     attrs_path = _first(data_dir, ("items_ins_v2_1000.json", "items_ins_v2.json"))
     human_path = _first(data_dir, ("items_human_ins.json",))
-    reviews_path = _first(data_dir, ("reviews.json",), required=False)
+    reviews_path = _first(data_dir, ("reviews.json",), required=False) if read_reviews else None
     items, attrs, human = _read_json(items_path), _read_json(attrs_path), _read_json(human_path)
     for path, data, kind in ((items_path, items, list), (attrs_path, attrs, dict), (human_path, human, dict)):
         if not isinstance(data, kind):
@@ -376,7 +387,7 @@ def load_catalog(data_dir: str | Path, num_products: int | None = None, seed: in
             query=str(_need(row, "query", items_path, where)).lower().strip(),
             product_category=str(_need(row, "product_category", items_path, where)),
             price=rng.uniform(*pricing) if len(pricing) == 2 else pricing[0], price_tag=tag, options=options,
-            attributes=list((attrs.get(asin) or {}).get("attributes") or ["DUMMY_ATTR"]),
+            attributes=_attributes(attrs.get(asin)),
             bullet_points=list(small) if isinstance(small, list) else [str(small)],
             description=str(_need(row, "full_description", items_path, where) or ""), reviews=listed, rating=rating)
         products.append(product)

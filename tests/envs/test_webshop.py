@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import gymnasium
 import numpy as np
 import pytest
@@ -54,10 +56,16 @@ def test_pages_and_their_clickables():
     assert env.clickables()[:2] == ["back to search", "next >"] and len(shown) == 10
     assert all(a == a.lower() for a in shown) and shown[0].upper() in obs
     env.step("click[next >]")
-    assert env.page_no == 2 and env.clickables()[:2] == ["back to search", "< prev"]
-    assert ("next >" in env.clickables()) == (len(env.hits) > 20)
-    env.step("click[< prev]")
-    assert env.page_no == 1
+    # 'Next >' is always offered, as in the original; past the last hit a page is empty.
+    assert env.page_no == 2 and env.clickables()[:3] == ["back to search", "< prev", "next >"]
+    for _ in range(len(env.hits) // 10 - 1):
+        env.step("click[next >]")
+    obs, *_, info = env.step("click[next >]")
+    assert info["valid"] and env._shown() == [] and env.clickables() == ["back to search", "< prev", "next >"]
+    assert f"Page {env.page_no} (Total results: {len(env.hits)}){SEP}< Prev{SEP}Next >\nAvailable" in obs
+    while env.page_no > 1:
+        env.step("click[< prev]")
+    assert env.clickables()[:2] == ["back to search", "next >"]
     env.step(f"click[{shown[0]}]")
     product = env.product
     assert env.page == "item" and product.asin == shown[0].upper()
@@ -75,17 +83,45 @@ def test_pages_and_their_clickables():
 
 
 def test_options_are_remembered_and_marked_in_rich_mode():
-    env = _env(observation_mode="text_rich", show_attrs=True)
+    env = _env(observation_mode="text_rich", show_attrs=True, list_actions=False)
     env.reset(seed=0)
-    env.step(f"search[{env.goal.query}]")
-    env.step(f"click[{env.hits[0].asin.lower()}]")
-    group, values = next(iter(env.product.options.items()))
-    obs, _, _, _, info = env.step(f"click[{values[-1]}]")
-    assert info["options"] == {group: values[-1]}
-    assert f"[clicked button] {values[-1]} [clicked button_]" in obs and "[button] Buy Now [button_]" in obs
+    obs, *_ = env.step(f"search[{env.goal.query}]")
+    first, second = env.hits[0].asin, env.hits[1].asin
+    # One string a line; product ids on a line of their own after a blank one.
+    assert obs.startswith(f"Instruction:\n{env.goal.instruction_text}\n[button] Back to Search [button_]\n")
+    assert f"\n\n[button] {first} [button_]\n{env.hits[0].title}\n" in obs and obs.endswith("\n")
+    env.step(f"click[{first.lower()}]")
+    # Two groups, to see the order (a copy: the catalog is shared by every env of the process).
+    env.product = replace(env.product, options={"color": ["black", "white"], "size": ["small", "large"]})
+    (group, values), (other, others) = env.product.options.items()
+    env.step(f"click[{values[-1]}]")
+    obs, _, _, _, info = env.step(f"click[{others[0]}]")
+    assert info["options"] == {group: values[-1], other: others[0]}
+    # Each chosen option is announced first (the latest choice's group last on the page comes first) and marked.
+    assert obs.startswith(f"You have clicked {others[0]}.\nYou have clicked {values[-1]}.\nInstruction:\n")
+    assert f"\n  [clicked button] {values[-1]} [clicked button_]\n" in obs
+    assert f"\n  [button] {values[0]} [button_]\n" in obs and "[button] Buy Now [button_]" in obs
     assert "attributes" in env.clickables()
     obs, *_ = env.step("click[attributes]")
     assert all(a in obs for a in env.product.attributes)
+    # A product opened before is marked on the result page, until the search page is left for.
+    env.step("click[< prev]")
+    obs, *_ = env.step("click[< prev]")
+    assert f"[clicked button] {first} [clicked button_]" in obs and f"[button] {second} [button_]" in obs
+    env.step("click[back to search]")
+    obs, *_ = env.step(f"search[{env.goal.query}]")
+    assert f"[button] {first} [button_]" in obs
+
+
+def test_a_value_of_two_option_groups_selects_the_later_group():
+    env = _env()
+    env.reset(seed=0)
+    env.step(f"search[{env.goal.query}]")
+    env.step(f"click[{env.hits[0].asin.lower()}]")
+    env.product = replace(env.product, options={"color": ["black", "white"], "pattern": ["white", "striped"]})
+    obs, *_, info = env.step("click[white]")
+    assert info["valid"] and info["options"] == {"pattern": "white"}
+    assert env.clickables().count("white") == 1
 
 
 def test_invalid_actions_change_nothing_and_say_why():
@@ -100,10 +136,18 @@ def test_invalid_actions_change_nothing_and_say_why():
         assert obs == before and reward == 0.0 and not terminated and info["valid"] is False and info["error"]
     env.reset(seed=1)
     env.step("search[shoes]")
-    obs, reward, terminated, truncated, info = env.step("search[socks]")
-    assert info["valid"] is False and "no search box" in info["error"]
     obs, reward, terminated, truncated, info = env.step("click[../../etc/passwd]")
     assert "no clickable '../../etc/passwd'" in info["error"] and "back to search" in info["error"]
+    # A search works from any page, as in the original; search_from_any_page=False needs the search box.
+    env.step(f"click[{env.clickables()[-1]}]")
+    assert env.page == "item"
+    obs, reward, terminated, truncated, info = env.step("search[socks]")
+    assert info["valid"] and env.page == "results" and env.product is None and env.options == {}
+    boxed = _env(search_from_any_page=False)
+    boxed.reset(seed=1)
+    boxed.step("search[shoes]")
+    obs, reward, terminated, truncated, info = boxed.step("search[socks]")
+    assert info["valid"] is False and "no search box" in info["error"]
 
 
 def test_unicode_and_long_searches_are_searches():
@@ -111,7 +155,7 @@ def test_unicode_and_long_searches_are_searches():
     env.reset(seed=2)
     obs, reward, _, _, info = env.step("search[café 漢字 ñandú]")
     assert info["valid"] and env.page == "results" and env.hits == [] and "Total results: 0" in obs
-    assert env.clickables() == ["back to search"]
+    assert env.clickables() == ["back to search", "next >"]
     env.reset(seed=2)
     obs, _, _, _, info = env.step("search[" + " ".join(["shampoo"] * 240) + "]")  # 1919 characters
     assert info["valid"] and env.hits
@@ -122,6 +166,9 @@ def test_episode_is_truncated_after_max_turns_without_reward():
     env.reset(seed=0)
     outcomes = [env.step("click[nothing]") for _ in range(3)]
     assert [o[3] for o in outcomes] == [False, False, True] and all(o[1] == 0.0 for o in outcomes)
+    env = _env()  # no turn limit by default, as the original
+    env.reset(seed=0)
+    assert not any(env.step("click[nothing]")[3] for _ in range(50))
 
 
 def test_buying_ends_the_episode_with_the_formula_reward():
@@ -172,10 +219,20 @@ def test_config_errors_name_the_option():
         _env().reset(seed=0, options={"split": "test"})
 
 
-def test_parse_action():
-    assert parse_action(" click[Next >] ") == ("click", "next >")
-    assert parse_action("search[ Red Shoes ]") == ("search", "red shoes")
-    assert parse_action("click next") == (None, None) and parse_action("Search[x]") == (None, None)
+def test_parse_action_reads_actions_as_the_original():
+    assert parse_action("click[Next >]") == ("click", "next >")
+    assert parse_action("click[Next >] because it is the next page") == ("click", "next >")
+    assert parse_action("search[ Red Shoes ]") == ("search", " red shoes ")  # kept as written
+    assert parse_action("click[a] then click[b]") == (None, None)  # the name runs to the last '['
+    for text in ("click next", "Search[x]", " click[x]", "click[]", "search[]", "click[x", "<answer>click[x]"):
+        assert parse_action(text) == (None, None)
+    env = _env()
+    env.reset(seed=1)
+    env.step("search[shoes]")
+    asin = env.clickables()[-1]
+    assert env.step(f"click[ {asin} ]")[-1]["valid"] is False  # no page offers ' x '
+    obs, _, _, _, info = env.step(f"click[{asin.upper()}] to open it")
+    assert info["valid"] and env.page == "item" and info["format_ok"] == 1.0
 
 
 def test_the_original_files_drive_the_env(tmp_path):

@@ -91,7 +91,7 @@ def _write_original(tmp_path, items=None, attrs=None, human=None, reviews=None):
 def test_the_original_files_load_with_the_engines_rules(tmp_path):
     reviews = [{"asin": "B000000001", "average_rating": 4.5,
                 "reviews": [{"title": "Great", "stars": 5, "review": "Fits well."}]}]
-    catalog = load_catalog(_write_original(tmp_path, reviews=reviews), test_goals=1, val_goals=0)
+    catalog = load_catalog(_write_original(tmp_path, reviews=reviews), test_goals=1, val_goals=0, read_reviews=True)
     assert [p.asin for p in catalog.products] == ["B000000001", "B000000002"]  # 'nan' and 11+ characters dropped
     shoes, tea = catalog.products
     assert shoes.options == {"color": ["navy | blue", "black"]}  # lower-cased, '/' as ' | ', None groups dropped
@@ -108,6 +108,15 @@ def test_the_original_files_load_with_the_engines_rules(tmp_path):
         [g for asin in ("B000000001", "B000000002") for g in catalog.goals if g.asin == asin])]
     assert len(catalog.split("test")) == 1 and len(catalog.split("train")) == 1
     assert len(load_catalog(tmp_path, num_products=1).products) == 1
+    # As the original engine, reviews.json is read only when asked: no reviews, rating 'N.A.'.
+    shoes = load_catalog(tmp_path).products[0]
+    assert shoes.reviews == [] and shoes.rating == "N.A."
+
+
+def test_an_empty_attribute_list_stays_empty_and_only_a_missing_one_is_a_placeholder(tmp_path):
+    attrs = {"B000000001": {"attributes": []}, "B000000002": {"instruction": "x"}}
+    shoes, tea = load_catalog(_write_original(tmp_path, attrs=attrs)).products
+    assert shoes.attributes == [] and tea.attributes == ["DUMMY_ATTR"]
 
 
 def test_loader_errors_name_the_file_and_key(tmp_path):
