@@ -37,10 +37,9 @@ def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> P
     """The CPU default: 32 tasks per iteration (one trajectory each; half MEM1's batch, which fits twice the updates
     in the 20 minutes), sampled at temperature 0.7 (at 1 the tiny model's rollouts stray far from its greedy ones) and
     trained exactly on-policy at that temperature (tempered_logprobs: the learner scores logits / 0.7; trained on the
-    model's own distribution instead, its entropy grew every iteration and the greedy policy drifted: +0.015
-    [-0.023, +0.052] held out at lr 5e-5, a collapse at 1e-4), four optimizer steps of 8 tasks per iteration (MEM1
-    takes one of 64; four move the policy four times as often for about the same learner time), one vLLM engine,
-    2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no prefix beyond the short task prompt, so
+    model's own distribution instead, its entropy grew every iteration and the greedy policy drifted), four optimizer
+    steps of 8 tasks per iteration (MEM1 takes one of 64; four move the policy four times as often for about the same
+    learner time), one vLLM engine, 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no prefix beyond the short task prompt, so
     stitching them saves nothing and its tree attention mask made the learner step three times slower here; ReAct's
     calls share their whole history, which stitching trains once."""
     model = str(model or warm_start(workflow))
