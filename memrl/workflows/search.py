@@ -5,6 +5,10 @@ blocks. Each workflow decides what one LLM call sees and turns the reply into su
 no well-formed action reaches the env as written (or, for MemSearcher, as an empty action), and the env rejects
 it with its "Invalid action" observation and info["format_ok"] = 0.0. The action grammar is the env's
 (envs.search.find_action); the prompts are in memrl.workflows.search_prompts.
+
+MemSearcher's answer is the content of the reply's last \\boxed{...} with its braces matched, as the authors'
+reward (re_call.py) reads it; until 2026-12-01 it was everything from the first box to the reply's last "}", so
+two boxes, or a "}" after the box, made one garbled answer (tests/workflows/test_search_fidelity.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from envs.qa_metrics import extract_boxed
 from envs.search import find_action, read_block
 from memrl.workflows.base import Workflow
 from memrl.workflows.search_prompts import (
@@ -241,9 +246,10 @@ class MemSearcherWorkflow(_SearchWorkflow):
                 return ""
             return f"<search>{query.strip()}</search>" if isinstance(query, str) else ""
         if call is None and boxed >= 0 and "<tool_call>" not in text:
-            close = text.rfind("}")
-            if close > boxed:
-                return f"<answer>{text[boxed + len(BOXED):close].strip()}</answer>"
+            # As MemSearcher's reward reads it: the last box, its braces matched; an unclosed last box is no answer.
+            answer = extract_boxed(text[text.rfind(BOXED):])
+            if answer is not None:
+                return f"<answer>{answer.strip()}</answer>"
         return ""
 
     def expert_response(self, action: str, memory: str | None = None) -> str:
