@@ -3,6 +3,9 @@
 The model acts in text: `<search>query</search>` returns the top-k passages in an `<information>` block with
 MEM1's "You have N turns left." hint; `<answer>a1; a2; ...</answer>` (one answer per question, in order,
 separated by semicolons) ends the episode with the reward.
+
+MEM1's paper gives a wrong answer count 0 and memrl's "em_sum" does so; MEM1's code scores answers by position
+whatever their count, offered as reward="em_sum_authors_code" (tests/envs/test_search_fidelity.py checks both).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ DATA = ("synthetic", "file")
 """Question sources: the fictional encyclopedia generator, or rows of a local QA file."""
 ACTION_TAGS = ("search", "answer")
 """The action tags: `<search>query</search>` and `<answer>a1; a2; ...</answer>`."""
-REWARDS = ("em_sum", "f1", "answer_format")
+REWARDS = ("em_sum", "f1", "answer_format", "em_sum_authors_code")
 """Reward kinds; see SearchConfig.reward."""
 INVALID = {
     "none": "it holds neither <search> nor <answer>",
@@ -63,6 +66,9 @@ class SearchConfig:
     """'em_sum' (MEM1): sum over questions of normalised exact match, 0 when the answer count is wrong.
     'f1' (MemSearcher): mean token F1 over questions; 0.1 when the format is right but F1 is 0; 0 for a bad format.
     'answer_format' (MemPO): 1 when the format is right and every answer exactly matches, else 0.
+    'em_sum_authors_code' (MEM1's code, qa_multiple.compute_score_em): the sum of exact matches by position whatever
+    the answer count (an answer past the last question adds 0, a question left unanswered is not scored); the
+    paper's 'em_sum' gives 0 to a wrong count.
     The format is right when every action of the episode was understood and the answer count is right."""
     data: str = "synthetic"
     """Where questions come from; one of DATA. 'file' reads qa_path."""
@@ -432,6 +438,9 @@ class SearchEnv(gym.Env):
         }
         if self.config.reward == "em_sum":
             reward = sum(ems)
+        elif self.config.reward == "em_sum_authors_code":
+            reward = 0.0 if predictions is None else float(
+                sum(em(p, list(q.answers)) for p, q in zip(predictions, self.questions)))
         elif self.config.reward == "f1":
             reward = 0.0 if not format_ok else (metrics["f1"] if metrics["f1"] > 0 else 0.1)
         else:

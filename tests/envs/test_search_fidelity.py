@@ -5,7 +5,7 @@ restatements of the authors' scoring, built from their edge cases.
   selects for QA): the last <answer> block, split at ";" and stripped, each answer scored by SQuAD-normalised EM
   against the aliases of the question at its position, summed. The paper (App. B.4.1) adds: a wrong number of
   answers scores 0; the code does not check the count (extra answers add 0, missing ones are not scored). memrl
-  implements the paper; the code's count-blind variant is a strict xfail below (no switch exists yet).
+  implements the paper ("em_sum") and the code's variant as reward="em_sum_authors_code"; both are tested.
 - MemSearcher (icip-cas/MemSearcher, verl/utils/reward_score/re_call.py, compute_score_with_format): F1 as the
   max over gold answers, with a gold skipped when the yes/no/noanswer rule applies; 0 for a bad format, 0.1 for a
   good format with F1 0, else F1 (the paper's eq. 9). The format checks of the reply's tags are the workflow's
@@ -112,11 +112,10 @@ def test_mem1_em_sum_matches_the_code_when_the_count_is_right(block, golds):
     assert run("em_sum", golds, [f"<answer>{block}</answer>"]) == ref_mem1_code(block, golds)
 
 
-@pytest.mark.xfail(strict=True, reason="MEM1's code scores answers by position whatever their count; memrl has no "
-                   "switch for that variant yet")
-@pytest.mark.parametrize("block,golds", [("Paris", [["Paris"], ["London"]]), ("a; b", [["a"]])])
-def test_mem1_code_variant_wrong_count(block, golds):
-    assert run("em_sum", golds, [f"<answer>{block}</answer>"]) == ref_mem1_code(block, golds)
+@pytest.mark.parametrize("block,golds", MULTI + WRONG_COUNT)
+def test_mem1_code_variant_scores_by_position_whatever_the_count(block, golds):
+    got = run("em_sum_authors_code", golds, [f"<answer>{block}</answer>"])
+    assert got == ref_mem1_code(block, golds)
 
 
 def test_mem1_missing_or_doubled_tags_never_score():
