@@ -14,13 +14,15 @@ import numpy as np
 
 from envs import multihop, niah
 from envs.loaders import QATask, load_tasks
-from envs.qa_metrics import em, extract_boxed, f1, sub_em
+from envs.qa_metrics import em, extract_boxed, f1, is_equiv, sub_em
 from envs.text_space import clean, text_space
 from envs.tokenizer import load_tokenizer
 
 TASKS = ("multihop", "niah", "file")
 """Task sources: the two-hop fact generator, RULER NIAH, or rows of a local data file."""
 NO_MEMORY = "No relevant information."
+REWARDS = ("is_equiv", "em")
+"""The answer's reward kinds; see ChunkStreamEnv."""
 """The scripted expert's memory before it has read any relevant fact."""
 EVIDENCE_LEAD = "Evidence:"
 """What the full-context expert writes before the sentences it quotes. A reply's first word is tokenized without the
@@ -244,11 +246,14 @@ class ChunkStreamEnv(gym.Env):
     stream=True: reset shows chunk 0; each step's action (the agent's memory, not read by the env) is answered
     with the next chunk; after the last chunk the observation is "" and the phase becomes "answer"; the next
     action is the answer. stream=False: reset shows the whole context already in the answer phase.
-    The answer's reward is the exact match of its last \\boxed{...} after normalisation (1.0 or 0.0).
+    The answer's reward (1.0 or 0.0) is reward="is_equiv", MemAgent's (paper eq. 3 and the authors' code): the last
+    box of the answer's last 300 characters equals a gold answer, both lowercased with spaces removed
+    (envs.qa_metrics.is_equiv); or reward="em": its last \\boxed{...} equals one after SQuAD normalisation
+    (articles and punctuation dropped), memrl's reward until 2026-12-01, which the shipped MemAgent results used.
 
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
-    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
+    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code, is_equiv,
     format_ok; with gold-fact labels also facts_held, all_facts_held and distractors_held, read from the last memory
     in stream mode and from the answer's quotes without it) and "answers". Task seed = reset seed + seed_offset (a
     drawn seed when reset gets none).
@@ -272,6 +277,7 @@ class ChunkStreamEnv(gym.Env):
         seed_offset: int = 0,
         max_action_chars: int = 4096,
         score_memories: bool = False,
+        reward: str = "is_equiv",
         **task_kwargs,
     ):
         """`task_kwargs` go to the task's config (multihop.MultiHopConfig, niah.NiahConfig) or, for
@@ -281,6 +287,9 @@ class ChunkStreamEnv(gym.Env):
                              "use task='multihop' or 'niah'")
         if task not in TASKS:
             raise ValueError(f"ChunkStreamEnv task={task!r} is not allowed; choose one of {TASKS}")
+        if reward not in REWARDS:
+            raise ValueError(f"ChunkStreamEnv reward={reward!r} is not allowed; choose one of {REWARDS}")
+        self.reward = reward
         if not isinstance(chunk_tokens, int) or chunk_tokens < 1:
             raise ValueError(f"ChunkStreamEnv chunk_tokens must be an int >= 1, got {chunk_tokens!r}")
         if not isinstance(max_action_chars, int) or max_action_chars < 1:
@@ -354,6 +363,7 @@ class ChunkStreamEnv(gym.Env):
             "sub_em": sub_em(prediction, answers),
             "sub_em_authors_code": sub_em(prediction, answers, variant="authors_code"),
             "format_ok": float(boxed is not None),
+            "is_equiv": is_equiv(text, answers),
         }
         if self.task.gold_facts:
             # What the answer rests on: the last memory (MemAgent's answer call sees only it) or the answer's own
@@ -362,8 +372,8 @@ class ChunkStreamEnv(gym.Env):
         info = {**self._info(), "metrics": metrics, "answers": answers}
         if self.score_memories and self.stream:
             metrics["memory_score"] = float(np.mean(self._memory_scores))
-            info["row_rewards"] = [*self._memory_scores, metrics["em"]]
-        return "", metrics["em"], True, False, info
+            info["row_rewards"] = [*self._memory_scores, metrics[self.reward]]
+        return "", metrics[self.reward], True, False, info
 
     def _facts_in(self, text: str) -> dict[str, float]:
         """facts_held: the share of the task's gold facts `text` holds; all_facts_held: 1.0 when it holds every one;

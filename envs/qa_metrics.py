@@ -1,5 +1,6 @@
-"""QA answer metrics: SQuAD normalisation, \\boxed{} extraction, EM, token F1 (with the HotpotQA yes/no rule) and
-MemAgent's sub_em in the paper's definition and the authors' evaluation code's."""
+"""QA answer metrics: SQuAD normalisation, \\boxed{} extraction, EM, token F1 (with the HotpotQA yes/no rule),
+MemAgent's sub_em in the paper's definition and the authors' evaluation code's, and MemAgent's training reward
+is_equiv (tests/envs/test_qa_metrics_fidelity.py restates the authors' code and compares)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
 _BOXED = "\\boxed{"
+_BOXED_WORD = "\\boxed"
 _CLOSED_CLASS = ("yes", "no", "noanswer")
 """Normalised answers that share no partial credit: HotpotQA's and FlashRAG's F1 is 0 when either side is one of
 these and the two differ."""
@@ -26,21 +28,51 @@ def normalize_answer(text: str) -> str:
 def extract_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} in `text` (nested braces kept balanced); None if there is none.
 
-    An unclosed last box is not an answer, so the search falls back to the box before it.
+    As MemAgent's code reads it: only the last "\\boxed" counts, so an unclosed last box is no answer (until
+    2026-12-01 memrl fell back to the box before it); "\\boxed x" (a space, no braces) gives the text after the
+    last "\\boxed " up to a "$".
     """
-    start = text.rfind(_BOXED)
-    while start != -1:
-        depth, i = 1, start + len(_BOXED)
-        while i < len(text):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start + len(_BOXED) : i]
-            i += 1
-        start = text.rfind(_BOXED, 0, start)
+    if "\\boxed " in text:
+        return text.split("\\boxed ")[-1].split("$")[0]
+    start = text.rfind(_BOXED_WORD)
+    if start == -1 or not text.startswith(_BOXED, start):
+        return None
+    depth, i = 1, start + len(_BOXED)
+    while i < len(text):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + len(_BOXED) : i]
+        i += 1
     return None
+
+
+_MATH_STRIP = (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""),
+               ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", ""), ("\\%", ""), (" .", " 0."),
+               ("{.", "{0."), (" ", ""))
+IS_EQUIV_TAIL = 300
+"""MemAgent's training reward reads only the last this many characters of the answer."""
+
+
+def _math_strip(text: str) -> str:
+    for old, new in _MATH_STRIP:
+        text = text.replace(old, new)
+    return text
+
+
+def is_equiv(response: str, answers: list[str]) -> float:
+    """MemAgent's training reward (the paper's eq. 3, the authors' hotpotqa.compute_score): 1.0 if the last box
+    in the lowercased last IS_EQUIV_TAIL characters of `response` equals a lowercased gold answer once both have
+    the MATH-style strip (line breaks and spaces removed, LaTeX spacing and unit marks dropped); else 0.0.
+    Unlike `em`, articles and punctuation count ("the beatles" is not "beatles") and spaces do not."""
+    _check_answers(answers)
+    box = extract_boxed(response[-IS_EQUIV_TAIL:].lower())
+    if box is None:
+        return 0.0
+    pred = _math_strip(box)
+    return float(any(pred == _math_strip(a.lower()) for a in answers))
 
 
 def _check_answers(answers: list[str]) -> None:

@@ -146,7 +146,7 @@ def run_expert(env, seed):
     obs, reward, terminated, truncated, info = env.step(answer)
     assert (obs, reward, terminated, truncated) == ("", 1.0, True, False)
     assert info["metrics"] == {"em": 1.0, "f1": 1.0, "sub_em": 1.0, "sub_em_authors_code": 1.0, "format_ok": 1.0,
-                               "facts_held": 1.0, "all_facts_held": 1.0, "distractors_held": 0.0}
+                               "is_equiv": 1.0, "facts_held": 1.0, "all_facts_held": 1.0, "distractors_held": 0.0}
     assert info["answers"] == list(env.task.answers) and info["phase"] == "answer"
     return memories
 
@@ -255,8 +255,15 @@ def test_full_context_mode():
     hop1, hop2 = env.task.gold_facts
     assert env.task.context.index(hop1) < env.task.context.index(hop2)
     assert env.expert_action() == f"Evidence: {hop1} {hop2} \\boxed{{{env.task.answers[0]}}}"
+    # MemAgent's reward (is_equiv) counts the article that SQuAD's EM drops; reward="em" gives it full marks.
     _, reward, terminated, _, info = env.step(f"I think \\boxed{{The {env.task.answers[0].upper()}}}.")
-    assert (reward, terminated, info["metrics"]["em"]) == (1.0, True, 1.0)
+    assert (reward, terminated, info["metrics"]["em"]) == (0.0, True, 1.0)
+    env = ChunkStreamEnv(stream=False, num_docs=20, reward="em")
+    env.reset(seed=4)
+    _, reward, _, _, info = env.step(f"I think \\boxed{{The {env.task.answers[0].upper()}}}.")
+    assert (reward, info["metrics"]["is_equiv"]) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="reward='f1' is not allowed"):
+        ChunkStreamEnv(reward="f1")
 
 
 def test_full_context_expert_quotes_the_documents_own_tokens(tokenizer_path):
@@ -293,7 +300,7 @@ def test_wrong_and_unformatted_answers_score_zero():
     play_to_answer(env, 0)
     _, reward, _, _, info = env.step("\\boxed{Nowhere}")
     assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0, "sub_em_authors_code": 0.0,
-                                                  "format_ok": 1.0, "facts_held": 0.0, "all_facts_held": 0.0,
+                                                  "format_ok": 1.0, "is_equiv": 0.0, "facts_held": 0.0, "all_facts_held": 0.0,
                                                   "distractors_held": 0.0}
     play_to_answer(env, 0)
     answer = env.task.answers[0]
