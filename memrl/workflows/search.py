@@ -8,7 +8,8 @@ it with its "Invalid action" observation and info["format_ok"] = 0.0. The action
 
 MemSearcher's answer is the content of the reply's last \\boxed{...} with its braces matched, as the authors'
 reward (re_call.py) reads it; until 2026-12-01 it was everything from the first box to the reply's last "}", so
-two boxes, or a "}" after the box, made one garbled answer (tests/workflows/test_search_fidelity.py).
+two boxes, or a "}" after the box, made one garbled answer (tests/workflows/test_search_fidelity.py). As that
+reward's format check does, the answer reply must hold a <think> block with its tags paired, or it is no action.
 """
 
 from __future__ import annotations
@@ -245,7 +246,8 @@ class MemSearcherWorkflow(_SearchWorkflow):
             except (ValueError, TypeError, KeyError, RecursionError):  # RecursionError: brackets nested too deep
                 return ""
             return f"<search>{query.strip()}</search>" if isinstance(query, str) else ""
-        if call is None and boxed >= 0 and "<tool_call>" not in text:
+        thought = "<think>" in text and text.count("<think>") == text.count("</think>")
+        if call is None and boxed >= 0 and "<tool_call>" not in text and thought:
             # As MemSearcher's reward reads it: the last box, its braces matched; an unclosed last box is no answer.
             answer = extract_boxed(text[text.rfind(BOXED):])
             if answer is not None:

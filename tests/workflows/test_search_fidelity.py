@@ -3,8 +3,8 @@ reward="f1" scores it) against a restatement of the authors' compute_score_with_
 verl/utils/reward_score/re_call.py) on the final reply: its last \\boxed{} (brace-matched; the "\\boxed " form
 too), F1 max over gold answers with the yes/no/noanswer rule, 0 for a bad format, 0.1 for F1 0.
 
-Every reply here has its <think> block and is assumed to end with the end-of-turn token, which the authors' format
-check also requires and memrl's workflow does not check. Written from reading that code; none of it is copied.
+Replies are assumed to end with the end-of-turn token, which the authors' format check also requires and memrl's
+workflow cannot see (a reply cut at the token limit). Written from reading that code; none of it is copied.
 """
 
 import json
@@ -102,10 +102,7 @@ CASES = [
     (T + "\\boxed{Le Mans}", ["le mans"]), (T + "\\boxed{an apple}", ["apple"]), (T + "\\boxed{Mr. Smith}", ["mr smith"]),
     (T + "\\boxed{rock-and-roll}", ["rock and roll"]), (T + "\\boxed{3.14}", ["3.14"]), (T + "\\boxed{東京}", ["東京"]),
 ]
-KNOWN = {
-    30: "memrl's workflow does not check the reply's <think> tags",
-    31: "memrl's workflow does not check the reply's <think> tags",
-}
+KNOWN: dict[int, str] = {}
 
 
 @pytest.mark.parametrize("i", range(len(CASES)))
