@@ -253,10 +253,10 @@ class ChunkStreamEnv(gym.Env):
 
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with
-    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code, is_equiv,
-    format_ok; with gold-fact labels also facts_held, all_facts_held and distractors_held, read from the last memory
-    in stream mode and from the answer's quotes without it) and "answers". Task seed = reset seed + seed_offset (a
-    drawn seed when reset gets none).
+    stream=False it is 0 of 1 chunk. The final step's info adds "metrics" (em, f1, sub_em, sub_em_authors_code,
+    is_equiv, format_ok; with gold-fact labels also facts_held, all_facts_held and distractors_held, read from the
+    last memory in stream mode and from the answer's quotes without it) and "answers". Task seed = reset seed +
+    seed_offset (a drawn seed when reset gets none).
 
     score_memories=True scores each memory the agent writes against what it was given (tasks with gold facts only):
     1.0 when it keeps every gold fact the previous memory held and every one the chunk just read completes, and

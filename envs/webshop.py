@@ -372,7 +372,8 @@ class WebShopEnv(gym.Env):
             return [*instruction, ("button", "Back to Search"), ("button", "< Prev"), *text(*body)]
         if self.reward_info is None:
             return text("The episode ended: the reply held no action.")
-        return text("Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", f"{self.reward_info.reward:.4f}")
+        return text("Thank you for shopping with us!", "Your score (min 0.0, max 1.0)",
+                    f"{self.reward_info.reward:.4f}")
 
     def _observation(self) -> str:
         strings = self._strings()

@@ -15,11 +15,11 @@ from the original's synthetic template ("i need <attributes> <type> with <group>
 options and features to pick the one the goal describes.
 
 `load_catalog(data_dir)` reads the original files: items_shuffle_1000.json (or items_shuffle.json), items_ins_v2_1000
-.json (or items_ins_v2.json), items_human_ins.json and, with read_reviews, reviews.json, with the original engine's rules
-(ids longer than 10 characters or 'nan' dropped, options lower-cased with '/' as ' | ', attributes from items_ins_v2
-as they are, an empty list included, or ['DUMMY_ATTR'] for a product it does not list, a price drawn in a product's
-price range, human goals without attributes skipped). Like the original engine it ignores reviews.json unless asked
-(`read_reviews=True`).
+.json (or items_ins_v2.json), items_human_ins.json and, with read_reviews, reviews.json, with the original engine's
+rules (ids longer than 10 characters or 'nan' dropped, options lower-cased with '/' as ' | ', attributes from
+items_ins_v2 as they are, an empty list included, or ['DUMMY_ATTR'] for a product it does not list, a price drawn in
+a product's price range, human goals without attributes skipped). Like the original engine it ignores reviews.json
+unless asked (`read_reviews=True`).
 """
 
 from __future__ import annotations

@@ -300,8 +300,8 @@ def test_wrong_and_unformatted_answers_score_zero():
     play_to_answer(env, 0)
     _, reward, _, _, info = env.step("\\boxed{Nowhere}")
     assert reward == 0.0 and info["metrics"] == {"em": 0.0, "f1": 0.0, "sub_em": 0.0, "sub_em_authors_code": 0.0,
-                                                  "format_ok": 1.0, "is_equiv": 0.0, "facts_held": 0.0, "all_facts_held": 0.0,
-                                                  "distractors_held": 0.0}
+                                                  "format_ok": 1.0, "is_equiv": 0.0, "facts_held": 0.0,
+                                                  "all_facts_held": 0.0, "distractors_held": 0.0}
     play_to_answer(env, 0)
     answer = env.task.answers[0]
     _, reward, _, _, info = env.step(f"The answer is {answer}.")  # right city, no box

@@ -99,7 +99,8 @@ CASES = [
     (T + "<tool_call>{}</tool_call> \\boxed{Paris}", ["Paris"]), (T + "\\boxed{Paris} <tool_call>", ["Paris"]),
     ("<think>so \\boxed{Paris}", ["Paris"]), ("no think \\boxed{Paris}", ["Paris"]),
     (T + "\\boxed{{Paris}}", ["Paris"]), (T + "\\boxed{Paris} and \\boxed{Paris", ["Paris"]),
-    (T + "\\boxed{Le Mans}", ["le mans"]), (T + "\\boxed{an apple}", ["apple"]), (T + "\\boxed{Mr. Smith}", ["mr smith"]),
+    (T + "\\boxed{Le Mans}", ["le mans"]), (T + "\\boxed{an apple}", ["apple"]),
+    (T + "\\boxed{Mr. Smith}", ["mr smith"]),
     (T + "\\boxed{rock-and-roll}", ["rock and roll"]), (T + "\\boxed{3.14}", ["3.14"]), (T + "\\boxed{東京}", ["東京"]),
 ]
 KNOWN: dict[int, str] = {}
