@@ -64,7 +64,8 @@ class SearchConfig:
     """Passages returned per search (MEM1 and Search-R1 use 3)."""
     reward: str = "em_sum"
     """'em_sum' (MEM1): sum over questions of normalised exact match, 0 when the answer count is wrong.
-    'f1' (MemSearcher): mean token F1 over questions; 0.1 when the format is right but F1 is 0; 0 for a bad format.
+    'f1' (MemSearcher): mean token F1 over questions; 0.1 when the format is right but F1 is 0; 0 for a bad format;
+    with one question its answer is the whole block, not split at semicolons (the authors' re_call.py).
     'answer_format' (MemPO): 1 when the format is right and every answer exactly matches, else 0.
     'em_sum_authors_code' (MEM1's code, qa_multiple.compute_score_em): the sum of exact matches by position whatever
     the answer count (an answer past the last question adds 0, a question left unanswered is not scored); the
@@ -392,7 +393,9 @@ class SearchEnv(gym.Env):
         self._turn += 1
         kind, content = parse_action(text, config.max_query_chars)
         if kind == "answer":
-            return self._finish(split_answers(content), {"action": kind})
+            # MemSearcher's reward scores one question's answer whole, semicolons included, as its authors' code does.
+            single = config.reward == "f1" and len(self.questions) == 1
+            return self._finish([content.strip()] if single else split_answers(content), {"action": kind})
         step_info = {"action": kind, "format_ok": float(kind == "search")}
         if kind == "search":
             self._num_searches += 1
