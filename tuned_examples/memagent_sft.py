@@ -48,26 +48,18 @@ rows come in another order). The baseline is compared with the RL policy, so it 
 the warm-start's steps plus the main job's (one per DAPO iteration).
 
 MemAgent's warm-start has to carry the first fact in memory across the chunks between the two gold documents and
-copy names exactly; at a constant 1e-3 it reached 0.370 [0.306, 0.439] at 10 documents after 900 steps (held-out NLL
-0.043, per-call exact match 0.88), and the second stage, the rate decaying to 0 over twice the episodes, took it to
-0.850 [0.794, 0.893] (NLL 0.013, calls 0.97; 200 questions). Its remaining failures are copying errors: the first
-fact with a wrong name, or a name of a fact already held changed while rewriting the memory.
+copy names exactly: the first stage, at a constant rate, teaches the format and the carrying; the second, the rate
+decaying to 0 over twice the episodes, the copying. Its remaining failures are copying errors: the first fact with a
+wrong name, or a name of a fact already held changed while rewriting the memory.
 
-The baseline reached 0.270 [0.213, 0.335] after its first stage and 0.325 [0.264, 0.393] after the second (held-out
-NLL 0.178 -> 0.103). Its one-pass lookup blurs as the documents it chooses among grow: greedy, it quotes the right
-facts for most questions at 2 documents and about a third at 10. What moved it was the form of its expert reply:
-quoting the facts after a lead-in (envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names keep their document
-tokens (0.383 -> 0.456 on 1000 questions of the earlier task, where the two gold documents were neighbours).
-Answering without quoting did worse (0.255 against 0.46 after 450 steps), and neither starting from the MemAgent
-warm-start nor a rate of 3e-3 nor a model of 3.3x the parameters (TinyModelConfig hidden_size 256, 8 heads, 4
-key/value heads, intermediate_size 768) helped, nor one of twice the depth: `--layers 8` (2.0x the parameters) reached
-0.335 [0.273, 0.403] after the first stage and 0.265 [0.209, 0.330] after the second (held-out NLL 0.216 -> 0.129).
-Most of the baseline's greedy failures quote X's employer right and then another person's "was born in" sentence,
-the more often the more such sentences the ten documents hold. Scored lookup by lookup on the expert's reply
-(tuned_examples/full_context_lookups.py), it finds the employer (0.846 at 10 documents) and picks the employer's city
-no better than guessing one of the "was born in" cities after the employer's document (0.304 against 0.376). Greedy
-accuracy on 200 questions swings by up to 0.1 between evaluations 40 steps apart, so sft_summary.json's last point is
-a noisy reading of the build."""
+The full-context baseline's one-pass lookup blurs as the documents it chooses among grow. What moved it was the form
+of its expert reply: quoting the facts after a lead-in (envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names
+keep their document tokens; answering without quoting, a start from the MemAgent warm-start, a higher rate, a wider
+model and one of twice the depth (`--layers 8`) did not help. Scored lookup by lookup on the expert's reply
+(tuned_examples/full_context_lookups.py), it finds the employer and picks the employer's city no better than guessing
+among the "was born in" cities after the employer's document. Each stage's figures are in the README and in the
+build's sft_summary.json; greedy accuracy on 200 questions swings between evaluations 40 steps apart, so the
+summary's last point is a noisy reading of the build."""
 
 TRAIN_LENGTHS = {"memagent": NUM_DOCS, "full_context": (2, 4, 6, 8, NUM_DOCS)}
 """Documents per question in each build's training episodes (a tuple draws one length per question); both are
