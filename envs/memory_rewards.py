@@ -4,39 +4,62 @@ compression, and their sum for each chunk's reply.
     r_row = r_acc + beta * r_compress + r_tool_row + gamma * r_content_row       (paper, eq. 1; beta 0.05, gamma 0.1)
 
 r_acc (mean score over the instance's questions) and r_compress = 1 - memory_tokens / chunk_tokens are computed once
-from the final memory and shared by every row of the trajectory; r_tool (share of a reply's calls that executed)
-and r_content (share of a reply's calls whose written content is valid for its memory type) belong to each row.
+from the final memory and shared by every row of the trajectory; r_tool and r_content belong to each row:
+
+- r_tool: the share of the reply's parsed calls that executed (`CallResult.success`; what executes, and what
+  authors_code counts, is envs.memory_store's table: a skipped duplicate insert counts as executed under the paper,
+  as failed under authors_code);
+- r_content: the share of the reply's parsed calls whose write is valid for its memory type. Every insert and
+  update with a known memory type and non-blank content is judged, whether it executed or not (the paper averages
+  validity over all operations of the action; the authors' server judges every such call): the same insert twice
+  gives 1.0, an update of an unknown id 1.0 when its content is valid; deletes and other calls count as not valid
+  (so does a call whose arguments cannot be read or whose memory_type is not a string, where their code raises).
+
 A reply with no call gets r_tool = r_content = 0, as in the authors' code.
 
-Two switches follow the authors' code where it departs from the paper (variant="authors_code"): an insert of
-content already stored counts as a failed call in r_tool (the paper counts every call that executed), and for
-SQuAD/HotpotQA sources only the first gold answer is matched (the paper: any gold answer).
+Answers (`score_answer`). The answer text first loses its thinking as the authors' rollout and reward do: the text
+after the first "</think>" (up to a second one, if any), or "Empty" when a "<think>" is never closed. Then, by data
+source (the authors' training reward, and their evaluation script for the MemoryAgentBench sources only it names):
+
+| data source                        | metric     | score                                                         |
+|------------------------------------|------------|---------------------------------------------------------------|
+| booksum, long_range_understanding* | keywords   | share of the gold's ","-separated keywords (stripped) found   |
+| infbench_sum*                      | keywords   | share of the gold keywords found (a list as given; one string |
+|                                    |            | split at ", "), case-insensitive                              |
+| pubmed-rct, *ttl_train*, *icl*,    | label      | \\boxed{} (or the whole answer) is digits only and equals the |
+| test_time_learning*                |            | gold                                                          |
+| lme_train, longmemeval_s*          | judge      | an LLM judge (envs.memory_answer.LMEJudge) says yes, never no |
+| perltqa                            | ratio      | gold with ";": share of its parts found; else the gold found  |
+| squad, hotpotqa                    | substring  | the gold within the answer, case-insensitive                  |
+| *eventqa*                          | all        | 1 when every gold element is within the answer                |
+| *detectiveqa*                      | boxed      | the \\boxed{} text (or the answer) equals the gold            |
+| anything else (ruler_qa*, ...)     | normalized | some gold within the answer, or within its "Answer:" line /   |
+|                                    |            | first line, both lower-cased, without punctuation, articles   |
+|                                    |            | and extra spaces                                              |
+
+(* memrl's own synthetic sources; the authors' code scores these names otherwise.) Where the paper speaks and the
+authors' code departs (variant="authors_code"): SQuAD/HotpotQA and label sources match only the first gold (paper:
+any gold); a PerLTQA gold with ";" has only its parts lower-cased, not the answer, and empty parts count as found
+(paper: both sides lower-cased, empty parts dropped, best over the golds). Not emulated: the authors score other
+infbench sources by ROUGE-L and ruler_niah* sources by the share of gold elements found (here: normalized), and
+their evaluation script splits booksum keywords at ", ".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import string
+from collections.abc import Callable, Sequence
 
-from envs.memory_store import CallResult
+from envs.memory_store import VARIANTS, CallResult
 
-VARIANTS = ("paper", "authors_code")
-"""Reward variants: the paper's, or the Mem-α authors' code where it differs (see the module docstring)."""
-
-METRICS = ("substring", "label", "keywords", "ratio")
-"""How an answer is scored: a gold answer within the prediction; the \\boxed{} label equal to the gold digit(s); the
-share of the gold's comma-separated keywords the prediction holds; the share of the gold's ";"-separated parts it
-holds (PerLTQA)."""
-
-_SOURCE_METRICS = (
-    ("label", ("pubmed-rct", "ttl", "icl", "test_time_learning", "trec", "nlu", "clinic", "banking")),
-    ("keywords", ("booksum", "long_range_understanding")),
-    ("ratio", ("perltqa",)),
-)
-"""Data-source name fragments and the metric they pick (first match wins; anything else scores by substring)."""
+METRICS = ("substring", "label", "keywords", "ratio", "judge", "all", "boxed", "normalized")
+"""How an answer is scored (see the module docstring's table)."""
 
 _BOXED = re.compile(r"\\boxed\{([^}]*)\}")
 _DIGITS = re.compile(r"^\d+$")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ANSWER_LINE = (re.compile(r"(?:Answer:)(.*)(?:\n|$)", re.I), re.compile(r"(?:^)(.*)(?:\n|$)"))
 _TIME = re.compile(
     r"\b(\d{1,2}:\d{2}|\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}(/\d{2,4})?|(19|20)\d{2}|"
     r"jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|"
@@ -50,40 +73,110 @@ _PLACEHOLDER = re.compile(
 
 
 def metric_for(data_source: str) -> str:
-    """The metric (one of METRICS) a data source is scored with."""
-    source = data_source.lower()
-    for metric, fragments in _SOURCE_METRICS:
-        if any(fragment in source for fragment in fragments):
-            return metric
-    return "substring"
+    """The metric (one of METRICS) a data source is scored with (the module docstring's table)."""
+    source = data_source
+    if source == "booksum" or source.startswith(("infbench_sum", "long_range_understanding")):
+        return "keywords"
+    if source == "pubmed-rct" or "ttl_train" in source or "icl" in source or source.startswith("test_time_learning"):
+        return "label"
+    if source == "lme_train" or source.startswith("longmemeval_s"):
+        return "judge"
+    if source == "perltqa":
+        return "ratio"
+    if source in ("squad", "hotpotqa"):
+        return "substring"
+    if "eventqa" in source:
+        return "all"
+    if "detectiveqa" in source:
+        return "boxed"
+    return "normalized"
 
 
 def strip_thinking(prediction: str) -> str:
-    """The answer after a closed <think> block; an unclosed block leaves nothing (the answer never came)."""
+    """The answer as the authors' rollout and reward read it: the text after the first "</think>" up to a second
+    one if any (stripped), or "Empty" when a "<think>" is left open."""
     if "</think>" in prediction:
-        return prediction.rsplit("</think>", 1)[1].strip()
-    return "" if "<think>" in prediction else prediction.strip()
+        prediction = prediction.split("</think>")[1].strip()
+    elif "<think>" in prediction:
+        prediction = "Empty"
+    if "<think>" in prediction and "</think>" in prediction:
+        prediction = prediction.split("</think>")[1].strip()
+    return "Empty" if "<think>" in prediction else prediction
 
 
-def score_answer(prediction: str, answers: Sequence[str], data_source: str, variant: str = "paper") -> float:
-    """One answer's score in [0, 1] by its data source's metric (see METRICS)."""
+def normalize_answer(text: str) -> str:
+    """Lower-cased, without punctuation, articles and extra spaces (the SQuAD normalisation MemoryAgentBench uses)."""
+    text = "".join(c for c in text.lower() if c not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def answer_line(prediction: str) -> str:
+    """The text after "Answer:" on its line, else the first line (stripped)."""
+    for pattern in _ANSWER_LINE:
+        match = pattern.search(prediction)
+        if match:
+            return re.sub(r"^Answer:", "", match[1].strip(), flags=re.I).strip()
+    return prediction
+
+
+def judge_verdict(reply: str) -> float:
+    """The LongMemEval judge's verdict: 1.0 when its reply holds "yes" and nowhere "no" (lower-cased), else 0.0."""
+    reply = reply.strip().lower()
+    return float("yes" in reply and "no" not in reply)
+
+
+def _keywords(answers: Sequence[str], source: str) -> list[str]:
+    if len(answers) > 1:  # a keyword list as the file gives it
+        return [str(a) for a in answers]
+    if source.startswith("infbench_sum"):
+        return str(answers[0]).split(", ")
+    return [k.strip() for k in str(answers[0]).split(",")]
+
+
+def score_answer(prediction: str, answers: Sequence[str], data_source: str, variant: str = "paper",
+                 question: str = "", judge: Callable[[str, str, str], float] | None = None) -> float:
+    """One answer's score in [0, 1] by its data source's metric (module docstring). `judge(question, gold, answer)`
+    scores the "judge" sources (an LLM's verdict); they cannot be scored without one."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if not answers:
         raise ValueError("score_answer needs at least one gold answer")
+    authors = variant == "authors_code"
     prediction = strip_thinking(prediction)
     metric = metric_for(data_source)
-    if metric == "label":
-        boxed = _BOXED.search(prediction)
-        label = (boxed.group(1) if boxed else prediction).strip().strip("\"'").strip()
-        return float(bool(_DIGITS.match(label)) and any(label == str(a).strip().strip("\"'") for a in answers))
     lowered = prediction.lower()
     if metric == "keywords":
-        return max(_share(lowered, str(a).split(",")) for a in answers)
+        keywords = _keywords(answers, data_source)
+        return sum(k.lower() in lowered for k in keywords) / len(keywords)
+    if metric == "label":
+        boxed = _BOXED.search(prediction)
+        label = (boxed.group(1).strip() if boxed else prediction.strip()).strip("\"'").strip()
+        golds = answers[:1] if authors else answers
+        return float(bool(_DIGITS.match(label)) and any(label == str(g).strip("\"'").strip() for g in golds))
+    if metric == "judge":
+        if judge is None:
+            raise ValueError(f"data source {data_source!r} is scored by an LLM judge (as the Mem-α authors do); "
+                             "give the env an answerer or judge= (an http(s) URL or actor:NAME)")
+        gold = answers[0] if len(answers) == 1 else str(list(answers))
+        return float(judge(question, gold, prediction))
     if metric == "ratio":
-        return max(_share(lowered, str(a).split(";")) for a in answers)
-    golds = answers[:1] if variant == "authors_code" else answers
-    return float(any(str(a).strip().lower() in lowered for a in golds if str(a).strip()))
+        if authors:
+            gold = answers[0]
+            if ";" not in gold:
+                return float(gold.lower() in lowered)
+            parts = gold.split(";")
+            return sum(p.lower().strip() in prediction for p in parts) / len(parts)
+        return max(_share(lowered, a.split(";")) for a in answers)
+    if metric == "substring":
+        golds = answers[:1] if authors else answers
+        return float(any(str(g).lower() in lowered for g in golds))
+    if metric == "all":
+        return float(all(str(g).lower() in lowered for g in answers))
+    if metric == "boxed":
+        boxed = _BOXED.search(prediction)
+        return float((boxed.group(1).strip() if boxed else prediction.strip()) == answers[0])
+    whole, line = normalize_answer(prediction), normalize_answer(answer_line(prediction))
+    return float(any(normalize_answer(g) in whole or normalize_answer(g) in line for g in answers))
 
 
 def expert_answer(gold: str, data_source: str) -> str:
@@ -96,14 +189,10 @@ def _share(lowered: str, parts: Sequence[str]) -> float:
     return sum(p in lowered for p in parts) / len(parts) if parts else 0.0
 
 
-def tool_reward(results: Sequence[CallResult], variant: str = "paper") -> float:
-    """r_tool of one reply: the share of its calls that executed (with variant "authors_code", a skipped duplicate
-    insert counts as failed); 0 for a reply without calls."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if not results:
-        return 0.0
-    return sum(r.ok and not (variant == "authors_code" and r.skipped) for r in results) / len(results)
+def tool_reward(results: Sequence[CallResult]) -> float:
+    """r_tool of one reply: the share of its calls that count as executed (`CallResult.success`, set by
+    envs.memory_store.execute for its variant); 0 for a reply without calls."""
+    return sum(r.success for r in results) / len(results) if results else 0.0
 
 
 def content_valid(memory_type: str, content: str) -> bool:
@@ -127,13 +216,13 @@ def content_valid(memory_type: str, content: str) -> bool:
 
 
 def content_reward(results: Sequence[CallResult], judge=None) -> float:
-    """r_content of one reply: the share of its calls that wrote valid content; deletes, skipped inserts and failed
-    calls count as not valid, as in the authors' code. `judge(memory_type, content) -> bool` defaults to the rules
-    (`content_valid`); an LLM judge plugs in here. 0 for a reply without calls."""
+    """r_content of one reply: the share of its calls whose write (`CallResult.judged`, executed or not) the judge
+    finds valid; deletes and other calls count as not valid, as in the authors' code. `judge(memory_type, content)
+    -> bool` defaults to the rules (`content_valid`); an LLM judge plugs in here. 0 for a reply without calls."""
     if not results:
         return 0.0
     judge = judge or content_valid
-    return sum(bool(r.ok and r.content and judge(r.memory_type, r.content)) for r in results) / len(results)
+    return sum(bool(r.judged and judge(*r.judged)) for r in results) / len(results)
 
 
 def compression_reward(memory_tokens: int, chunk_tokens: int) -> float:

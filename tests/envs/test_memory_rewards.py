@@ -12,12 +12,15 @@ from envs.memory_rewards import (
 from envs.memory_store import MemoryStore, ToolCall, execute
 
 
-def _calls(store, *calls):
-    return [execute(store, ToolCall(name, args)) for name, args in calls]
+def _calls(store, *calls, variant="paper"):
+    return [execute(store, ToolCall(name, args), variant) for name, args in calls]
 
 
 def test_answers_are_scored_by_their_sources_metric():
-    assert metric_for("squad") == metric_for("accurate_retrieval") == "substring"
+    assert metric_for("squad") == metric_for("hotpotqa") == "substring"
+    assert metric_for("accurate_retrieval") == metric_for("ruler_qa1_197K") == "normalized"
+    assert metric_for("lme_train") == metric_for("longmemeval_s*") == "judge"
+    assert metric_for("infbench_sum_eng_shots2") == "keywords"
     assert metric_for("pubmed-rct") == metric_for("icl_banking77_5900shot_balance") == "label"
     assert metric_for("booksum") == metric_for("long_range_understanding") == "keywords"
     assert metric_for("perltqa") == "ratio"
@@ -29,21 +32,25 @@ def test_answers_are_scored_by_their_sources_metric():
     assert score_answer("3", ["3"], "pubmed-rct") == 1.0 and score_answer("\\boxed{2}", ["3"], "pubmed-rct") == 0.0
     assert score_answer("Kema went to Colton and met Pasis.", ["Kema, Colton, Pasis, Gorham"], "booksum") == 0.75
     assert score_answer("tea and cake", ["tea; cake; jam"], "perltqa") == pytest.approx(2 / 3)
+    assert score_answer("It was the Marsh Lights!", ["marsh lights"], "ruler_qa1_197K") == 1.0
+    assert score_answer("Kema met Pasis.", ["Kema", "river"], "infbench_sum_eng_shots2") == 0.5
     assert score_answer("<think>Quovex?</think>No idea.", ["Quovex"], "squad") == 0.0
     assert score_answer("<think>Quovex is it", ["Quovex"], "squad") == 0.0  # the answer never came
     with pytest.raises(ValueError, match="variant"):
         score_answer("x", ["x"], "squad", variant="mine")
 
 
-def test_tool_reward_is_the_share_of_calls_that_ran_and_skipped_inserts_follow_the_variant():
-    store = MemoryStore()
-    results = _calls(store, ("new_memory_insert", {"memory_type": "semantic", "content": "Kema works for Quovex."}),
-                     ("new_memory_insert", {"memory_type": "semantic", "content": "Kema works for Quovex."}),
-                     ("memory_delete", {"memory_type": "semantic", "memory_id": "zzzz"}),
-                     ("no_such_tool", {}))
-    assert [r.ok for r in results] == [True, True, False, False] and results[1].skipped
-    assert tool_reward(results) == 0.5
-    assert tool_reward(results, variant="authors_code") == 0.25
+def test_tool_reward_is_the_share_of_calls_that_count_and_skipped_inserts_follow_the_variant():
+    calls = (("new_memory_insert", {"memory_type": "semantic_memory", "content": "Kema works for Quovex."}),
+             ("new_memory_insert", {"memory_type": "semantic_memory", "content": "Kema works for Quovex."}),
+             ("memory_delete", {"memory_type": "semantic_memory", "memory_id": "zzzz"}),
+             ("no_such_tool", {}))
+    paper = _calls(MemoryStore(), *calls)
+    assert [r.ok for r in paper] == [True, True, False, False] and paper[1].skipped
+    assert tool_reward(paper) == 0.5  # the skipped insert executed
+    authors = _calls(MemoryStore(), *calls, variant="authors_code")
+    assert [r.ok for r in authors] == [True, True, True, False]  # their delete of a missing id runs
+    assert tool_reward(authors) == 0.5  # ... and their skipped insert counts as failed
     assert tool_reward([]) == 0.0
 
 
@@ -60,16 +67,29 @@ def test_content_rules_per_memory_type():
     assert not content_valid("episodic", "The user met Kema.")  # no time
 
 
-def test_content_reward_counts_valid_writes_over_all_calls():
+def test_content_reward_judges_every_write_over_all_calls():
     store = MemoryStore()
-    core = {"memory_type": "core", "new_content": "The user shares news of friends."}
+    core = {"memory_type": "core_memory", "new_content": "The user shares news of friends."}
     results = _calls(store, ("memory_update", core),
-                     ("new_memory_insert", {"memory_type": "episodic", "content": "Kema moved to Colton."}),
-                     ("new_memory_insert", {"memory_type": "semantic", "content": "Kema works for Quovex."}),
-                     ("memory_delete", {"memory_type": "core"}))
+                     ("new_memory_insert", {"memory_type": "episodic_memory", "content": "Kema moved to Colton."}),
+                     ("new_memory_insert", {"memory_type": "semantic_memory", "content": "Kema works for Quovex."}),
+                     ("memory_delete", {"memory_type": "core_memory"}))
     assert content_reward(results) == 0.5  # core and semantic valid; the undated event and the delete are not
     assert content_reward(results, judge=lambda kind, content: True) == 0.75  # a delete never counts
     assert content_reward([]) == 0.0
+    fact = {"memory_type": "semantic_memory", "content": "Kema works for Quovex."}
+    twice = _calls(MemoryStore(), ("new_memory_insert", fact), ("new_memory_insert", fact))
+    assert twice[1].skipped and content_reward(twice) == 1.0  # judged though skipped
+    unknown = _calls(MemoryStore(), ("memory_update", {"memory_type": "semantic_memory", "memory_id": "zzzz",
+                                                       "new_content": "Kema works for Plixon."}))
+    assert not unknown[0].ok and content_reward(unknown) == 1.0  # judged though it failed
+    seen = []
+    loose = _calls(MemoryStore(), ("new_memory_insert", {"memory_type": "semantic", "content": "a b c"}),
+                   ("new_memory_insert", {"memory_type": "Semantic_memory", "content": "d e f"}),
+                   ("new_memory_insert", {"memory_type": "semantic_memory", "content": "   "}),
+                   ("new_memory_insert", {"memory_type": "semantic_memory", "content": 12}))
+    assert content_reward(loose, judge=lambda kind, content: seen.append((kind, content)) or True) == 0.25
+    assert seen == [("semantic", "a b c")]  # "_memory" removed; a capital, a blank or a number is not judged
 
 
 def test_compression_and_the_row_rewards_split_shared_from_per_row_parts():
