@@ -1,9 +1,10 @@
 """Answering from a Mem-α memory: what the frozen answerer is shown, and the answerer and judge backends.
 
 For each question the answerer sees the core paragraph plus the `top_k` semantic and `top_k` episodic items that
-BM25 ranks highest against the question (the paper's 20; top_k=None shows every item, as the authors' server does
-while the prompt stays short), in a system prompt, and the question as the user message. Backends, all behind
-`Answerer.answer(conversations) -> replies`:
+BM25 ranks highest against the question (the paper's 20; Okapi BM25 as the authors' server ranks them, so items that
+share no word with the question fill the list when fewer match, ties in stored order; top_k=None shows every item,
+as the authors' server does while the prompt stays short), in a system prompt, and the question as the user
+message. Backends, all behind `Answerer.answer(conversations) -> replies`:
 
 - `HTTPAnswerer`: an OpenAI-compatible chat endpoint (`/v1/chat/completions`; vLLM's server, or any service users
   put Qwen3-32B behind), one request per question, each with its own deadline and retries;
@@ -11,7 +12,8 @@ while the prompt stays short), in a system prompt, and the question as the user 
   inference engine that way).
 
 The content judge defaults to rules (envs.memory_rewards.content_valid); `LLMJudge` asks an answerer instead, with
-a prompt per memory type, and reads its {"VALID": true/false} verdict.
+a prompt per memory type, and reads its {"VALID": true/false} verdict. `LMEJudge` scores LongMemEval answers, whose
+gold is a rubric: an answerer is asked the LongMemEval judge's yes/no question, as the Mem-α authors score them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from envs.http_json import JSONClient, preview
-from envs.memory_rewards import metric_for
+from envs.memory_rewards import judge_verdict, metric_for
 from envs.memory_store import MemoryStore, bm25_rank
 
 ANSWER_SYSTEM = (
@@ -53,6 +55,15 @@ JUDGE_PROMPTS = {
 JUDGE_FORMAT = ('\n\nReply with JSON only: {"VALID": true or false, "ISSUES": [problems found], '
                 '"EXPLANATION": "one sentence"}')
 _VERDICT = re.compile(r'"VALID"\s*:\s*(true|false)', re.I)
+LME_JUDGE_PROMPT = (
+    "I will give you a question, a rubric for desired personalized response, and a response from a model. Please "
+    "answer yes if the response satisfies the desired response. Otherwise, answer no. The model does not need to "
+    "reflect all the points in the rubric. The response is correct as long as it recalls and utilizes the user's "
+    "personal information correctly.\n\nQuestion: {question}\n\nRubric: {rubric}\n\nModel Response: {response}\n\n"
+    "Is the model response correct? Answer yes or no only."
+)
+"""LongMemEval's judge question (the one user message the Mem-α authors' evaluation sends), word for word: the
+judge's verdict is what the score is, so its wording is part of the metric."""
 
 
 def render_memory(core: str, semantic: Sequence[str], episodic: Sequence[str]) -> str:
@@ -193,6 +204,23 @@ class LLMJudge:
         chats = [[{"role": "system", "content": JUDGE_PROMPTS[kind] + JUDGE_FORMAT},
                   {"role": "user", "content": content}] for kind, content in writes]
         return [parse_verdict(reply) for reply in self.answerer.answer(chats)] if chats else []
+
+
+class LMEJudge:
+    """The LongMemEval answer judge behind an Answerer: `judge(question, rubric, response)` is 1.0 when the reply to
+    LME_JUDGE_PROMPT holds "yes" and nowhere "no" (envs.memory_rewards.judge_verdict), else 0.0. A thinking block is
+left out of the verdict (the authors ask with thinking turned off)."""
+
+    def __init__(self, answerer: Answerer):
+        self.answerer = answerer
+
+    def __call__(self, question: str, rubric: str, response: str) -> float:
+        prompt = LME_JUDGE_PROMPT.format(question=question, rubric=rubric, response=response)
+        replies = self.answerer.answer([[{"role": "user", "content": prompt}]])
+        if len(replies) != 1:
+            raise ValueError(f"the LongMemEval judge gave {len(replies)} replies for 1 question")
+        reply = replies[0] if isinstance(replies[0], str) else ""
+        return judge_verdict(reply.split("</think>")[-1])  # the authors ask with thinking off
 
 
 def parse_verdict(reply: str) -> bool:

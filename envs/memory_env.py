@@ -24,9 +24,10 @@ info on reset and every step: phase ("memory" while chunks remain, "answer" whil
 end), question (what the user asks the agent to memorise for, the task's prompt or PROMPT; in the answer phase the
 question being asked), memory_mode (the episode's memory option), chunk (index of the chunk the observation is),
 num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
-(one {"name", "ok", "message"} per call found in the reply), r_tool and r_content. The final step adds answers (the
+(one {"name", "ok", "success", "message"} per call found in the reply: ok, it executed; success, it counts in r_tool
+under the reward variant), r_tool and r_content. The final step adds answers (the
 answerer's reply per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens,
-tool_success (share of the episode's calls that executed), calls_per_chunk, r_tool and r_content (means over
+tool_success (share of the episode's calls that executed, "ok"), calls_per_chunk, r_tool and r_content (means over
 rows). With dump_dir set, each finished episode's store, answers and rewards are written there as JSON.
 """
 
@@ -44,6 +45,7 @@ from envs.memory_answer import (
     ActorAnswerer,
     HTTPAnswerer,
     LLMJudge,
+    LMEJudge,
     answer_messages,
     context_chunks,
     context_memory,
@@ -51,16 +53,16 @@ from envs.memory_answer import (
 )
 from envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
 from envs.memory_rewards import (
-    VARIANTS,
     compression_reward,
     content_reward,
     content_valid,
     expert_answer,
+    metric_for,
     row_rewards,
     score_answer,
     tool_reward,
 )
-from envs.memory_store import MEMORY_TYPES, MemoryStore, execute, parse_tool_calls
+from envs.memory_store import MEMORY_TYPES, VARIANTS, MemoryStore, execute, parse_tool_calls
 from envs.memory_tasks import MemoryTask, load_memory_tasks
 from envs.text_space import printable, text_space
 
@@ -72,7 +74,7 @@ memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
 FIXED_OPTIONS = ("data", "data_path", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
-                 "answerer_timeout_s", "answerer_retries", "judge")
+                 "answerer_timeout_s", "answerer_retries", "judge", "answer_judge")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
 
 
@@ -117,9 +119,14 @@ class MemoryStoreConfig:
     """Weight of r_compress in every row's reward."""
     gamma: float = 0.1
     """Weight of r_content in every row's reward."""
+    answer_judge: str | None = None
+    """Who judges the answers of LongMemEval sources ("lme_train", "longmemeval_s*": a rubric, not an answer, as the
+    Mem-α authors score them with an LLM): an http(s):// OpenAI-compatible API base or "actor:NAME"; None asks the
+    frozen answerer. A file holding such rows needs one of them."""
     reward_variant: str = "paper"
-    """One of envs.memory_rewards.VARIANTS: 'authors_code' counts a skipped duplicate insert as a failed call and
-    matches only the first gold answer of SQuAD/HotpotQA sources."""
+    """One of envs.memory_store.VARIANTS: "paper", or "authors_code", the Mem-α authors' code where the paper is
+    silent or departs from it (what executes and counts in r_tool: envs.memory_store's table; answer scoring:
+    envs.memory_rewards's)."""
     expert_writes: bool = False
     """The scripted expert writes every chunk before the episode starts, which begins at the questions (synthetic
     data, memory 'tools' or 'text', answerer 'policy' or None): answers over a memory written as it should be."""
@@ -154,6 +161,10 @@ class MemoryStoreConfig:
                 self.answerer.startswith(("http://", "https://", "actor:")) or self.answerer == "policy")):
             raise ValueError(f"MemoryStoreConfig.answerer must be an http(s):// URL, 'actor:NAME', 'policy' or None, "
                              f"got {self.answerer!r}")
+        if self.answer_judge is not None and not (isinstance(self.answer_judge, str)
+                                                  and self.answer_judge.startswith(("http://", "https://", "actor:"))):
+            raise ValueError(f"MemoryStoreConfig.answer_judge must be an http(s):// URL, 'actor:NAME' or None, got "
+                             f"{self.answer_judge!r}")
         if self.judge == "answerer" and self.answerer == "policy":
             raise ValueError("MemoryStoreConfig: judge='answerer' needs a frozen answerer (a URL or an actor), not "
                              "the policy")
@@ -201,7 +212,14 @@ class MemoryStoreEnv(gym.Env):
         from envs.chunk_stream import TokenCounter
 
         self._counter = TokenCounter(config.tokenizer_path)
-        self.answerer = self._make_answerer()
+        self.answerer = self._make_answerer(config.answerer)
+        self.answer_judge = self._make_answerer(config.answer_judge) or self.answerer
+        if config.data == "file" and config.answerer is not None and self.answer_judge is None:
+            judged = sorted({t.data_source for t in self._file_tasks if metric_for(t.data_source) == "judge"})
+            if judged:
+                raise ValueError(f"MemoryStoreEnv: {config.data_path} holds rows of {judged}, which are scored by an "
+                                 f"LLM judge (a rubric, not an answer); give answer_judge (an http(s) URL or "
+                                 f"actor:NAME) or a frozen answerer")
         # An answerer in another process is waited on: the runner steps this env off its event loop.
         self.metadata = {**type(self).metadata, "blocking_io": self.answerer is not None}
         self.observation_space = text_space(1 << 24)
@@ -232,13 +250,14 @@ class MemoryStoreEnv(gym.Env):
         """Raise ValueError naming an unknown or bad option, without reading files or reaching the answerer."""
         cls._configs(options)
 
-    def _make_answerer(self):
+    def _make_answerer(self, where: str | None):
+        """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy"."""
         config = self.config
-        if config.answerer is None or config.answerer == "policy":
+        if where is None or where == "policy":
             return None
-        if config.answerer.startswith("actor:"):
-            return ActorAnswerer(config.answerer.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
-        return HTTPAnswerer(config.answerer, config.answerer_model, timeout_s=config.answerer_timeout_s,
+        if where.startswith("actor:"):
+            return ActorAnswerer(where.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
+        return HTTPAnswerer(where, config.answerer_model, timeout_s=config.answerer_timeout_s,
                             retries=config.answerer_retries)
 
     # -- episode ---------------------------------------------------------------------------------
@@ -282,7 +301,7 @@ class MemoryStoreEnv(gym.Env):
                 return self._question(), 0.0, False, False, self._info("answer")
             return self._finish(0.0, [], 0.0, 0.0)
         results, r_tool, r_content = self._write(reply)
-        calls = [{"name": r.name, "ok": r.ok, "message": r.message} for r in results]
+        calls = [{"name": r.name, "ok": r.ok, "success": r.success, "message": r.message} for r in results]
         self._calls += calls
         self._rows.append((r_tool, r_content))
         self._chunk += 1
@@ -300,8 +319,8 @@ class MemoryStoreEnv(gym.Env):
         if self.config.memory == "text":
             self.store.core = reply.strip()
             return [], 0.0, 0.0
-        results = [execute(self.store, call) for call in parse_tool_calls(reply)]
-        return results, tool_reward(results, self.config.reward_variant), content_reward(results, self._judge(results))
+        results = [execute(self.store, call, self.config.reward_variant) for call in parse_tool_calls(reply)]
+        return results, tool_reward(results), content_reward(results, self._judge(results))
 
     def _question(self) -> str:
         return self.task.questions[len(self._answers)].question
@@ -310,7 +329,7 @@ class MemoryStoreEnv(gym.Env):
         """The content judge for this step's calls: the rules, or the answerer asked once for all its writes."""
         if self.config.judge == "rules":
             return content_valid
-        writes = [(r.memory_type, r.content) for r in results if r.ok and r.content]
+        writes = list(dict.fromkeys(r.judged for r in results if r.judged))
         verdicts = dict(zip(writes, LLMJudge(self.answerer).judge_all(writes)))
         return lambda kind, content: verdicts.get((kind, content), False)
 
@@ -333,13 +352,14 @@ class MemoryStoreEnv(gym.Env):
         if self.config.answerer is not None:
             try:
                 answers = self._answers if self.config.answerer == "policy" else self._answer()
+                judge = LMEJudge(self.answer_judge) if self.answer_judge is not None else None
+                scores = [score_answer(a, q.answers, task.data_source, config.reward_variant, q.question, judge)
+                          for a, q in zip(answers, task.questions)]
             except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
                 # The answerer failing is not the policy's doing: the episode is counted, never trained on.
                 info["failure"] = f"answerer: {e}"
                 self._done = True
                 return "", 0.0, False, True, {**info, "metrics": metrics}
-            scores = [score_answer(a, q.answers, task.data_source, config.reward_variant)
-                      for a, q in zip(answers, task.questions)]
             metrics["r_acc"] = sum(scores) / len(scores)
             info["answers"] = answers
         accuracy = metrics.get("r_acc", 0.0)

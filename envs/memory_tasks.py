@@ -6,13 +6,16 @@ files the Mem-α authors and MemoryAgentBench publish.
   [, "evidence_idx"]}), "data_source", "metadata", "num_chunks", "num_questions"}.
 - MemoryAgentBench rows: {"context" (one long text), "questions" [...], "answers" [[...] per question],
   "metadata": {"source", ...}}; the context is cut into chunks of `chunk_tokens` tokens here.
-Errors name the file, the row and the key.
+Errors name the file, the row and the key. A question whose gold answers are all empty (or missing) cannot be scored:
+it is left out with a warning naming the row and the question, and so is a row left without questions; other empty
+golds beside a real one are dropped. A file without one scorable row is an error.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +72,26 @@ def _strings(value, where: str, key: str) -> tuple[str, ...]:
     return tuple(printable(v) for v in value)
 
 
+def _golds(value, where: str, key: str) -> tuple[str, ...]:
+    """The non-empty gold answers of `value` (a string, a number or a list of them); () when none is left."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{where}: {key!r} must be a string, a number or a list of them, got {value!r}")
+    return tuple(printable(str(v)) for v in value if str(v).strip())
+
+
+def _scorable(questions: list[MemoryQuestion], at: list[str]) -> tuple[MemoryQuestion, ...]:
+    """The questions that have a gold answer; a warning names each one left out."""
+    for question, where in zip(questions, at):
+        if not question.answers:
+            warnings.warn(f"{where}: no non-empty gold answer, so it cannot be scored; it is left out", stacklevel=3)
+    return tuple(q for q in questions if q.answers)
+
+
 def _need(row: dict, key: str, where: str):
     if key not in row:
         raise ValueError(f"{where}: no {key!r} key; found {sorted(row)}")
@@ -83,13 +106,13 @@ def task_from_memalpha_row(row, where: str) -> MemoryTask:
     pairs = _decoded(_need(row, "questions_and_answers", where), where, "questions_and_answers")
     if not isinstance(pairs, list) or not pairs:
         raise ValueError(f"{where}: 'questions_and_answers' must be a non-empty list, got {pairs!r}")
-    questions = []
+    questions, at = [], []
     for i, pair in enumerate(pairs):
-        at = f"{where} question {i}"
+        at.append(f"{where} question {i}")
         if not isinstance(pair, dict):
-            raise ValueError(f"{at}: must be an object with 'question' and 'answer', got {pair!r}")
-        question = _strings(_need(pair, "question", at), at, "question")[0]
-        answers = _strings(pair.get("answer", pair.get("answers")), at, "answer")
+            raise ValueError(f"{at[-1]}: must be an object with 'question' and 'answer', got {pair!r}")
+        question = _strings(_need(pair, "question", at[-1]), at[-1], "question")[0]
+        answers = _golds(pair.get("answer", pair.get("answers")), at[-1], "answer")
         evidence = pair.get("evidence_idx", ())
         evidence = (evidence,) if isinstance(evidence, int) else tuple(e for e in evidence if isinstance(e, int))
         questions.append(MemoryQuestion(question, answers, evidence))
@@ -97,7 +120,7 @@ def task_from_memalpha_row(row, where: str) -> MemoryTask:
     if not isinstance(prompt, str):
         raise ValueError(f"{where}: 'prompt' must be a string, got {type(prompt).__name__}")
     return MemoryTask(instance_id=str(row.get("instance_id", where)), prompt=printable(prompt), chunks=chunks,
-                      questions=tuple(questions), data_source=str(row.get("data_source", "")))
+                      questions=_scorable(questions, at), data_source=str(row.get("data_source", "")))
 
 
 def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: str | None = None) -> MemoryTask:
@@ -119,8 +142,9 @@ def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: 
     chunks = chunk_documents(printable(context.strip()).split("\n"), chunk_tokens, TokenCounter(tokenizer_path))
     return MemoryTask(
         instance_id=str(row.get("id", where)), prompt="", chunks=tuple(chunks), data_source=str(source),
-        questions=tuple(MemoryQuestion(q, _strings(a, f"{where} answer {i}", "answers"))
-                        for i, (q, a) in enumerate(zip(questions, answers))),
+        questions=_scorable([MemoryQuestion(q, _golds(a, f"{where} answer {i}", "answers"))
+                             for i, (q, a) in enumerate(zip(questions, answers))],
+                            [f"{where} question {i}" for i in range(len(questions))]),
     )
 
 
@@ -137,10 +161,17 @@ def load_memory_tasks(path: str | Path, chunk_tokens: int = 2048, tokenizer_path
 @functools.lru_cache(maxsize=4)
 def _load_memory_tasks(path: str, mtime_ns: int, chunk_tokens: int, tokenizer_path: str | None
                        ) -> tuple[MemoryTask, ...]:
-    tasks = []
+    tasks, rows = [], 0
     for row, where in read_rows(path):
+        rows += 1
         if isinstance(row, dict) and "chunks" not in row and "context" in row:
-            tasks.append(task_from_benchmark_row(row, where, chunk_tokens, tokenizer_path))
+            task = task_from_benchmark_row(row, where, chunk_tokens, tokenizer_path)
         else:
-            tasks.append(task_from_memalpha_row(row, where))
+            task = task_from_memalpha_row(row, where)
+        if task.questions:
+            tasks.append(task)
+        else:
+            warnings.warn(f"{where}: no question can be scored, so the row is left out", stacklevel=2)
+    if not tasks:
+        raise ValueError(f"{path}: none of its {rows} rows has a question with a gold answer, so nothing can be scored")
     return tuple(tasks)

@@ -2,7 +2,8 @@
 
 Each call sees a system prompt with the three tools (their OpenAI schemas, the enabled memory types only) and the
 current memory (core, then the most recent `max_items` semantic and episodic items with their ids, halved until the
-prompt fits `max_prompt_tokens`, as the authors' rollout does), and a user message asking to memorise the chunk.
+prompt fits `max_prompt_tokens`, as the authors' rollout does; the paper does not give the number, the default is the
+5 of the authors' training rollout), and a user message asking to memorise the chunk.
 Tool results are not fed back: the next chunk's prompt shows the memory the calls left. The reply is the env action;
 the env (memrl/MemoryStore-v0) finds and runs its calls. When the env has the policy answer (answerer="policy"),
 each question's call sees the env's answer chat (the memory retrieved for the question, and the question) instead.
@@ -53,6 +54,9 @@ PROMPTS = ("full", "brief")
 """What each call shows besides the memory and the chunk (see MemAlphaWorkflow)."""
 
 
+MAX_ITEMS = 5
+"""Most recent semantic and episodic items each write prompt shows: the authors' training rollout's 5 (their agent's
+MAX_MEMORY_ITEMS; the paper does not say). The answer side shows the BM25 top 20 (envs.memory_env answer_top_k)."""
 TOOL_FORMATS = ("json", "compact")
 """How the system prompt lists the tools (see MemAlphaWorkflow)."""
 
@@ -81,10 +85,12 @@ def render_store(memory: dict, max_items: int) -> str:
 class MemAlphaWorkflow(Workflow):
     """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = 20, max_prompt_tokens: int = 6144,
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = MAX_ITEMS, max_prompt_tokens: int = 6144,
                  enabled: tuple[str, ...] | list[str] = MEMORY_TYPES, tool_format: str = "json",
                  prompt: str = "full"):
-        """`tool_format`: "json" lists each tool's OpenAI schema as a JSON line (what Qwen-Agent shows); "compact"
+        """`max_items`: most recent items of each list the prompt shows (MAX_ITEMS), halved while the prompt is over
+        `max_prompt_tokens`.
+        `tool_format`: "json" lists each tool's OpenAI schema as a JSON line (what Qwen-Agent shows); "compact"
         one signature line per tool (about a third of the tokens, for small models and CPU runs).
         `prompt`: "full" explains the memory types and the call format and lists the tools; "brief" shows only the
         memory and the chunk (about a third of the tokens of "full" with compact tools), for a model that learns the

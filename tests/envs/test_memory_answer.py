@@ -105,3 +105,32 @@ def test_http_answerer_against_vllms_openai_server(tiny_checkpoint, tmp_path):
         server.terminate()
         server.wait(timeout=60)
         log.close()
+
+
+def test_items_that_share_no_word_with_the_question_fill_the_list_in_stored_order():
+    store = MemoryStore()
+    for fact in ("Kema works for Quovex.", "Pasis lives in Colton.", "Horo works for Plixon."):
+        store.insert("semantic", fact)
+    assert "1. Pasis lives in Colton.\n2. Kema works for Quovex." in memory_for(store, "Where is Colton?", top_k=2)
+    unrelated = memory_for(store, "zzz qqq", top_k=2)  # BM25 scores all 0: the first two, as stored
+    assert "1. Kema works for Quovex.\n2. Pasis lives in Colton.\n</semantic_memory>" in unrelated
+
+
+def test_the_longmemeval_judge_asks_its_question_and_reads_yes_without_no():
+    from envs.memory_answer import LME_JUDGE_PROMPT, LMEJudge
+
+    class Replies:
+        def __init__(self, reply):
+            self.reply, self.seen = reply, []
+
+        def answer(self, conversations):
+            self.seen += conversations
+            return [self.reply for _ in conversations]
+
+    for reply, verdict in (("Yes.", 1.0), ("yes, but no", 0.0), ("<think>no</think>yes", 1.0), ("No", 0.0),
+                           ("", 0.0)):
+        answerer = Replies(reply)
+        assert LMEJudge(answerer)("Q?", "rubric", "resp") == verdict
+        (chat,) = answerer.seen
+        assert chat == [{"role": "user", "content": LME_JUDGE_PROMPT.format(question="Q?", rubric="rubric",
+                                                                              response="resp")}]

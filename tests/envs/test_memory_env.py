@@ -81,7 +81,7 @@ def test_the_answerer_sees_core_and_the_top_k_items_for_each_question(reader_url
     obs, _ = env.reset(seed=0)
     facts = _facts_of(obs)
     reply = "".join(FACT.format(c=f) for f in facts) + (
-        '\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: {"memory_type": "core", "new_content": '
+        '\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: {"memory_type": "core_memory", "new_content": '
         '"The user talks about friends."}')
     env.step(reply)
     (path, body), = _Reader.calls
@@ -285,3 +285,49 @@ def test_with_expert_writes_the_episode_starts_at_the_questions_over_the_experts
     for bad in ({"memory": "context"}, {"data": "file", "data_path": "x.jsonl"}, {"answerer": "actor:a"}):
         with pytest.raises(ValueError, match="expert_writes needs"):
             MemoryStoreEnv.check_options({"expert_writes": True, **bad})
+
+
+class _Judge(_Reader):
+    """A LongMemEval judge endpoint: "yes" when the model response names the user's company, "no" otherwise."""
+
+    calls = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls.append((self.path, body))
+        prompt = body["messages"][-1]["content"]
+        response = prompt.split("Model Response: ", 1)[1].split("\n\nIs the model response correct?")[0]
+        data = json.dumps({"choices": [{"message": {"content": "<think>no idea yet</think>Yes." if "Quovex" in
+                                                    response else "No."}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_longmemeval_rows_are_scored_by_the_judge_with_its_prompt_and_need_one(serve_http, tmp_path):
+    row = {"instance_id": "lme/1", "chunks": ["I started at Quovex this week."], "data_source": "lme_train",
+           "questions_and_answers": [{"question": "Can you suggest a gift for my team?",
+                                      "answer": "The user would prefer suggestions that fit their new job at Quovex."}]}
+    path = tmp_path / "lme.jsonl"
+    path.write_text(json.dumps(row))
+    with pytest.raises(ValueError, match=r"\['lme_train'\].*answer_judge"):
+        MemoryStoreEnv(data="file", data_path=str(path), answerer="policy")
+    judge = serve_http(_Judge) + "/v1"
+    scores = []
+    for answer in ("A mug with the Quovex logo for your new colleagues.", "Flowers are always nice."):
+        _Judge.calls.clear()
+        env = MemoryStoreEnv(data="file", data_path=str(path), answerer="policy", answer_judge=judge)
+        env.reset(seed=0)
+        env.step("nothing to keep")
+        *_, terminated, _, info = env.step(answer)
+        assert terminated and "failure" not in info
+        scores.append(info["metrics"]["r_acc"])
+        ((_, body),) = _Judge.calls
+        (message,) = body["messages"]
+        assert message["role"] == "user" and message["content"].startswith("I will give you a question, a rubric")
+        assert f"Rubric: {row['questions_and_answers'][0]['answer']}" in message["content"]
+    assert scores == [1.0, 0.0]
+    with pytest.raises(ValueError, match="answer_judge"):
+        MemoryStoreEnv.check_options({"answer_judge": "ftp://x"})

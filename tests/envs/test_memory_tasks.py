@@ -52,8 +52,8 @@ def test_memoryagentbench_rows_are_chunked_by_the_loader(tmp_path):
     ({"chunks": json.dumps(CHUNKS)}, r"row 0: no 'questions_and_answers' key"),
     ({"chunks": json.dumps(CHUNKS), "questions_and_answers": json.dumps([{"answer": "x"}])},
      r"row 0 question 0: no 'question' key"),
-    ({"chunks": json.dumps(CHUNKS), "questions_and_answers": json.dumps([{"question": "q"}])},
-     r"row 0 question 0: 'answer' must be a non-empty list"),
+    ({"chunks": json.dumps(CHUNKS), "questions_and_answers": json.dumps([{"question": "q", "answer": {"a": 1}}])},
+     r"row 0 question 0: 'answer' must be a string, a number or a list of them"),
     ({"context": "c", "questions": ["q1", "q2"], "answers": [["a"]]}, r"row 0: 'answers' must hold one entry per"),
     ({"context": "", "questions": ["q"], "answers": [["a"]]}, r"row 0: 'context' must be a non-empty string"),
 ])
@@ -79,3 +79,24 @@ def test_a_file_is_read_once_per_process_and_again_when_it_changes(tmp_path):
     path.write_text(_json.dumps({**row, "chunks": ["d e f"]}))
     os.utime(path, ns=(1, path.stat().st_mtime_ns + 10**9))
     assert MemoryStoreEnv(data="file", data_path=str(path))._file_tasks[0].chunks == ("d e f",)
+
+
+def test_only_questions_without_a_gold_are_left_out_each_named_and_a_file_without_any_is_refused(tmp_path):
+    rows = [{"chunks": CHUNKS, "questions_and_answers": [{"question": "q1", "answer": ""},
+                                                        {"question": "q2", "answer": ["", "Quovex"]},
+                                                        {"question": "q3", "answer": 3}]},
+            {"chunks": CHUNKS, "questions_and_answers": [{"question": "q", "answer": " "}]},
+            {"context": "a b c", "questions": ["q1", "q2"], "answers": [[""], ["x"]]}]
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(rows))
+    with pytest.warns(UserWarning) as caught:
+        tasks = load_memory_tasks(path)
+    said = [str(w.message) for w in caught]
+    assert any("row 0 question 0: no non-empty gold answer" in m for m in said)
+    assert any("row 1: no question can be scored" in m for m in said)
+    assert any("row 2 question 0" in m for m in said)
+    assert [[q.question for q in t.questions] for t in tasks] == [["q2", "q3"], ["q2"]]
+    assert tasks[0].questions[0].answers == ("Quovex",) and tasks[0].questions[1].answers == ("3",)
+    path.write_text(json.dumps(rows[1:2]))
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="none of its 1 rows has a question with a gold"):
+        load_memory_tasks(path)

@@ -29,11 +29,14 @@ def test_prompt_holds_tools_memory_and_chunk_and_halves_items_to_fit(tokenizer):
     for i in range(40):
         env.store.insert("semantic", f"Fact number {i} about Kema and Quovex in Colton.")
     info = {**info, "memory": env.store.to_dict()}
-    workflow = workflow_class("memalpha")(tokenizer)
+    default = workflow_class("memalpha")(tokenizer)
+    default.reset(obs, info)
+    assert "(5 most recent of 40)" in tokenizer.decode(default.prompt_ids())  # the authors' rollout's 5
+    workflow = MemAlphaWorkflow(tokenizer, max_items=20)
     workflow.reset(obs, info)
     text = tokenizer.decode(workflow.prompt_ids())
     assert "new_memory_insert" in text and obs in text and "(20 most recent of 40)" in text
-    small = MemAlphaWorkflow(tokenizer, max_prompt_tokens=len(workflow.prompt_ids()) - 100)
+    small = MemAlphaWorkflow(tokenizer, max_items=20, max_prompt_tokens=len(workflow.prompt_ids()) - 100)
     small.reset(obs, info)
     assert "(10 most recent of 40)" in tokenizer.decode(small.prompt_ids())
     no_insert = MemAlphaWorkflow(tokenizer, enabled=["core"])
@@ -54,7 +57,7 @@ def test_env_text_that_spells_control_tokens_stays_text(tokenizer):
 def test_the_episode_loop_puts_the_envs_row_rewards_on_the_conversations(tokenizer):
     env = MemoryStoreEnv(num_chunks=3)
     workflow = MemAlphaWorkflow(tokenizer)
-    replies = iter(['\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: {"memory_type": "core", '
+    replies = iter(['\u273fFUNCTION\u273f: memory_update\n\u273fARGS\u273f: {"memory_type": "core_memory", '
                     '"new_content": "The user shares news about friends."}', "nothing", "nothing"])
 
     async def respond(prompt_ids):
