@@ -4,7 +4,8 @@ For each question the answerer sees the core paragraph plus the `top_k` semantic
 BM25 ranks highest against the question (the paper's 20; Okapi BM25 as the authors' server ranks them, so items that
 share no word with the question fill the list when fewer match, ties in stored order; top_k=None shows every item,
 as the authors' server does while the prompt stays short), in a system prompt, and the question as the user
-message. Backends, all behind `Answerer.answer(conversations) -> replies`:
+message (the authors also put a per-source query prompt before each question; memrl's prompt adds one instruction
+line per answer metric instead). Backends, all behind `Answerer.answer(conversations) -> replies`:
 
 - `HTTPAnswerer`: an OpenAI-compatible chat endpoint (`/v1/chat/completions`; vLLM's server, or any service users
   put Qwen3-32B behind), one request per question, each with its own deadline and retries;
