@@ -249,7 +249,7 @@ class ChunkStreamEnv(gym.Env):
     The answer's reward (1.0 or 0.0) is reward="is_equiv", MemAgent's (paper eq. 3 and the authors' code): the last
     box of the answer's last 300 characters equals a gold answer, both lowercased with spaces removed
     (envs.qa_metrics.is_equiv); or reward="em": its last \\boxed{...} equals one after SQuAD normalisation
-    (articles and punctuation dropped), memrl's reward until 2026-12-01, which the shipped MemAgent results used.
+    (articles and punctuation dropped), the reward the shipped MemAgent results were measured with.
 
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode
     chunk_index is the index of the chunk just shown, and equals num_chunks in the answer phase; with

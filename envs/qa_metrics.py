@@ -28,9 +28,9 @@ def normalize_answer(text: str) -> str:
 def extract_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} in `text` (nested braces kept balanced); None if there is none.
 
-    As MemAgent's code reads it: only the last "\\boxed" counts, so an unclosed last box is no answer (until
-    2026-12-01 memrl fell back to the box before it); "\\boxed x" (a space, no braces) gives the text after the
-    last "\\boxed " up to a "$".
+    As MemAgent's code reads it: only the last "\\boxed" counts, so an unclosed last box is no answer (the box
+    before it is not read); "\\boxed x" (a space, no braces) gives the text after the last "\\boxed " up to a "$".
+    One pass over the text from the last "\\boxed": linear, however many unclosed boxes a hostile reply holds.
     """
     if "\\boxed " in text:
         return text.split("\\boxed ")[-1].split("$")[0]
