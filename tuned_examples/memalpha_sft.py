@@ -54,13 +54,13 @@ ANSWERER_TASKS = [*ANSWER_MEMORIES.values(), {"expert_writes": True, "num_chunks
 ANSWER_MEMORIES, and over an expert's store four times longer (a longer stream's memory holds more items)."""
 WARM_START_STEPS = 600
 """Steps of the warm-starts RL continues (the policy's and each flat-memory baseline's, the same budget): by 600 the
-policy copies more of the chunk's names into its inserts (held-out per-call exact match on the full expert: 0.06 at
-500 steps, 0.29 at 600)."""
+policy copies more of the chunk's names into its inserts (held-out per-call exact match on the full expert, in
+sft_summary.json)."""
 WARM_START_RECALL = 0.3
 """The expert the warm-starts imitate keeps each fact in full with this probability (MemoryStoreConfig.expert_recall):
 otherwise it files a conversation's small talk instead of its fact, or only the place of a story's event. The
 warm-start learns that habit with its uncertainty, so a task's rollouts differ in what they keep and GRPO learns
-which memories the answerer needs (README, Mem-α results: held-out r_acc 0.229 -> 0.326). Below 0.5 on purpose:
+which memories the answerer needs (the README's Mem-α results). Below 0.5 on purpose:
 greedy decoding then picks the wrong memory, which the held-out evaluation shows; at 0.5 the warm-start already
 leaned to the fact and RL's gain stayed out of the greedy figure. With the full expert the rollouts differ only where
 a name is miscopied, a skill 30 RL iterations do not teach."""
