@@ -8,7 +8,8 @@ it with its "Invalid action" observation and info["format_ok"] = 0.0. The action
 
 MemSearcher's answer is the content of the reply's last \\boxed{...} with its braces matched, as the authors'
 reward (re_call.py) reads it, so two boxes, or a "}" after the box, still give the last box's text alone
-(tests/workflows/test_search_fidelity.py). As that reward's format check does, the answer reply must hold a <think> block with its tags paired, or it is no action.
+(tests/workflows/test_search_fidelity.py). As that reward's format check does, the answer reply must hold a
+<think> block with its tags paired, or it is no action.
 """
 
 from __future__ import annotations
