@@ -122,7 +122,8 @@ class MemoryStoreConfig:
     answer_judge: str | None = None
     """Who judges the answers of LongMemEval sources ("lme_train", "longmemeval_s*": a rubric, not an answer, as the
     Mem-α authors score them with an LLM): an http(s):// OpenAI-compatible API base or "actor:NAME"; None asks the
-    frozen answerer. A file holding such rows needs one of them."""
+    frozen answerer. A file holding such rows needs one of them. It is asked with the answerer's model name,
+    deadline and retries (answerer_model, answerer_timeout_s, answerer_retries)."""
     reward_variant: str = "paper"
     """One of envs.memory_store.VARIANTS: "paper", or "authors_code", the Mem-α authors' code where the paper is
     silent or departs from it (what executes and counts in r_tool: envs.memory_store's table; answer scoring:
