@@ -1,7 +1,7 @@
 """Durable checkpoint directories: a manifest written last, fsync, atomic replacement, fallback and orphan cleanup.
 
 A directory is a complete checkpoint when its manifest (MANIFEST_FILE) lists every file with its size and, by default,
-its sha256; `seal` writes it after everything else is on disk and `verify` checks it before anything is loaded.
+its sha256, and nothing else is there (but Ray's FOREIGN_FILES); `seal` writes it after everything else is on disk and `verify` checks it before anything is loaded.
 `staging_dir` + `commit` put a finished directory at a path: the previous checkpoint is renamed aside (`backup_path`),
 the new one renamed in, then the previous removed, so a crash at any moment leaves one complete checkpoint that
 `resolve` finds. Staging directories of saves that were killed are removed by the next save to the same path.
@@ -21,6 +21,9 @@ from pathlib import Path
 
 MANIFEST_FILE = "memrl_manifest.json"
 _FORMAT = 1
+FOREIGN_FILES = frozenset({".metadata.json"})
+"""Files at a checkpoint's top level that `verify` lets pass unlisted: Ray's own metadata (Checkpoint.set_metadata
+writes it into directories Ray Train and Tune manage). memrl never reads it. Any other unlisted file is an error."""
 
 
 class CheckpointError(RuntimeError):
@@ -68,7 +71,8 @@ def seal(directory: str | os.PathLike, checksums: bool = True) -> None:
 
 
 def verify(directory: str | os.PathLike) -> None:
-    """Raise CheckpointError naming the first file that is missing or differs from the manifest."""
+    """Raise CheckpointError naming the first file that is missing, differs from the manifest, or is not in it
+    (a file added after the save; FOREIGN_FILES excepted)."""
     directory = Path(directory)
     manifest = directory / MANIFEST_FILE
     if not manifest.is_file():
@@ -88,6 +92,11 @@ def verify(directory: str | os.PathLike) -> None:
         if "sha256" in entry and _digest(path) != entry["sha256"]:
             raise CheckpointError(f"checkpoint file {path} does not match the sha256 in its manifest: it was "
                                   f"changed after the save")
+    for path in _files(directory):
+        name = path.relative_to(directory).as_posix()
+        if name not in files and name not in FOREIGN_FILES:
+            raise CheckpointError(f"checkpoint {directory} holds {name}, which its manifest does not list: it was "
+                                  f"added after the save (remove it, or save the checkpoint again)")
 
 
 def backup_path(path: Path) -> Path:

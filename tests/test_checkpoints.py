@@ -56,6 +56,19 @@ def test_seal_lists_every_file_and_verify_names_what_changed(tmp_path):
         checkpoints.verify(ckpt)
 
 
+def test_a_file_the_manifest_does_not_list_fails_verify(tmp_path):
+    ckpt = _write(tmp_path / "c", {"state.json": b"{}", "learner/rank0/model_states.pt": b"x"})
+    (ckpt / ".metadata.json").write_text("{}")  # Ray's own, allowed by rule
+    checkpoints.verify(ckpt)
+    (ckpt / "learner/rank0/extra_optim_states.pt").write_bytes(b"z")
+    with pytest.raises(CheckpointError, match="holds learner/rank0/extra_optim_states.pt, which its manifest does not"):
+        checkpoints.verify(ckpt)
+    (ckpt / "learner/rank0/extra_optim_states.pt").unlink()
+    (ckpt / "learner/.metadata.json").write_text("{}")  # the rule is for the top level only
+    with pytest.raises(CheckpointError, match="holds learner/.metadata.json"):
+        checkpoints.verify(ckpt)
+
+
 def test_without_checksums_sizes_are_still_checked(tmp_path):
     ckpt = _write(tmp_path / "c", {"a.bin": b"abc"}, checksums=False)
     assert "sha256" not in json.loads((ckpt / MANIFEST_FILE).read_text())["files"]["a.bin"]
