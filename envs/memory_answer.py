@@ -1,11 +1,13 @@
 """Answering from a Mem-α memory: what the frozen answerer is shown, and the answerer and judge backends.
 
 For each question the answerer sees the core paragraph plus the `top_k` semantic and `top_k` episodic items that
-BM25 ranks highest against the question (the paper's 20; Okapi BM25 as the authors' server ranks them, so items that
-share no word with the question fill the list when fewer match, ties in stored order; top_k=None shows every item,
-as the authors' server does while the prompt stays short), in a system prompt, and the question as the user
-message (the authors also put a per-source query prompt before each question; memrl's prompt adds one instruction
-line per answer metric instead). Backends, all behind `Answerer.answer(conversations) -> replies`:
+BM25 ranks highest against the question, best first (the paper's 20; Okapi BM25 as the batch endpoint of the
+authors' server ranks them, so items that share no word with the question fill the list when fewer match, ties in
+stored order; top_k=None shows every item in stored order, as their single-request endpoint does while the prompt
+stays short), in a system prompt, and the question as the user message. Two things differ from their server: the
+system prompt is memrl's own (ANSWER_SYSTEM, with one instruction line per answer metric where they put a
+per-source query prompt before each question), and the list is never shortened for length (they drop one item per
+list while their prompt exceeds 30,000 tokens). Backends, all behind `Answerer.answer(conversations) -> replies`:
 
 - `HTTPAnswerer`: an OpenAI-compatible chat endpoint (`/v1/chat/completions`; vLLM's server, or any service users
   put Qwen3-32B behind), one request per question, each with its own deadline and retries;
