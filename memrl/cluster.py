@@ -24,7 +24,8 @@ training actors)."""
 
 def ensure_ray(num_cpus: int = 0) -> None:
     """Start Ray unless this process already joined it: the cluster at RAY_ADDRESS if that is set, else a local
-    instance with enough logical CPUs for `num_cpus` reserved by actors (and never fewer than the cores).
+    instance on loopback (`start_local_ray`) with enough logical CPUs for `num_cpus` reserved by actors (and never
+    fewer than the cores).
 
     Unless `verbose()`, actors' output stays in Ray's log files (/tmp/ray/session_latest/logs) and vLLM logs at
     WARNING (on a local Ray, unless VLLM_LOGGING_LEVEL is set); errors still reach the caller as exceptions."""
@@ -42,7 +43,20 @@ def ensure_ray(num_cpus: int = 0) -> None:
     # runtime_env starts the actors sooner: 5.5-6.0 s against 6.5-6.7 s for one engine, learner and runner here.
     if not loud:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    ray.init(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
+    start_local_ray(num_cpus=int(planned_resources(num_cpus)["CPU"]), include_dashboard=False, **quiet)
+
+
+def start_local_ray(**init_options) -> None:
+    """`ray.init(**init_options)` for a Ray instance of this machine alone, its servers on loopback.
+
+    Ray gives a node started on Linux the machine's network address, and its GCS, raylet, workers and agents then
+    listen on every interface; a local instance never needs that. Ray's local-only mode (its default on macOS and
+    Windows) gives the node 127.0.0.1 instead, so every one of them listens on loopback only. A cluster joined
+    through RAY_ADDRESS or `ray start` keeps what its own start-up chose."""
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read when the node's address is chosen, in this process only
+    ray.init(**init_options)
 
 
 def get(refs, timeout_s: float, what: str, setting: str):

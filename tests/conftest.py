@@ -13,8 +13,10 @@ def ray_session():
     """A local Ray instance shared by every test that needs actors."""
     import ray
 
+    from memrl.cluster import start_local_ray
+
     # Logical CPUs above the 2 physical cores so tests can place several 1-CPU actors at once.
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    start_local_ray(num_cpus=8, include_dashboard=False, log_to_driver=True, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -233,3 +233,32 @@ def test_a_removed_learner_node_is_survived_like_a_dead_learner(multinode):
     assert third["counters"]["learner_restarts"] == 1
     assert third["counters"]["trajectories_sampled"] == third["counters"]["trajectories_trained"] == 36
     assert third["version"] == 3 and multinode["engine_state"][2] == [3, True]
+
+
+def test_a_local_ray_listens_on_loopback_only(ray_session):
+    """Every server of the session's local Ray (GCS, raylet, agents, the workers of a live actor) is bound to
+    loopback: none listens on the machine's network address or on all interfaces."""
+    import ipaddress
+
+    import psutil
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def pid(self) -> int:
+            import os
+
+            return os.getpid()
+
+    probe = Probe.remote()
+    ray.get(probe.pid.remote(), timeout=60)
+    me = psutil.Process()
+    ours = {me.pid} | {p.pid for p in me.children(recursive=True)}
+    listening = [(c.laddr.ip, c.laddr.port, c.pid) for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in ours]
+    assert len(listening) >= 3  # the GCS, the raylet and the actor's worker at least
+    names = {pid: psutil.Process(pid).name() for _, _, pid in listening}
+    exposed = [(ip, port, names[pid]) for ip, port, pid in listening
+               if not ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback]
+    assert not exposed
+    assert ray.nodes()[0]["NodeManagerAddress"] == "127.0.0.1"
+    ray.kill(probe)
