@@ -1,7 +1,8 @@
 """Durable checkpoint directories: a manifest written last, fsync, atomic replacement, fallback and orphan cleanup.
 
 A directory is a complete checkpoint when its manifest (MANIFEST_FILE) lists every file with its size and, by default,
-its sha256, and nothing else is there (but Ray's FOREIGN_FILES); `seal` writes it after everything else is on disk and `verify` checks it before anything is loaded.
+its sha256, and nothing else is there (but Ray's FOREIGN_FILES); `seal` writes it after everything else is on disk
+and `verify` checks it before anything is loaded.
 `staging_dir` + `commit` put a finished directory at a path: the previous checkpoint is renamed aside (`backup_path`),
 the new one renamed in, then the previous removed, so a crash at any moment leaves one complete checkpoint that
 `resolve` finds. Staging directories of saves that were killed are removed by the next save to the same path.
