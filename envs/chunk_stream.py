@@ -17,6 +17,7 @@ from envs.loaders import QATask, load_tasks
 from envs.qa_metrics import em, extract_boxed, f1, is_equiv, sub_em
 from envs.text_space import clean, text_space
 from envs.tokenizer import load_tokenizer
+from memrl.preflight import typed_config
 
 TASKS = ("multihop", "niah", "file")
 """Task sources: the two-hop fact generator, RULER NIAH, or rows of a local data file."""
@@ -216,7 +217,7 @@ def _task_config(task: str, task_kwargs: dict):
     unknown = sorted(set(task_kwargs) - set(allowed))
     if unknown:
         raise ValueError(f"task={task!r} has no option(s) {unknown}; allowed: {allowed}")
-    return config_cls(**task_kwargs)
+    return typed_config(config_cls, task_kwargs, f"ChunkStreamEnv(task={task!r})")
 
 
 def _task_maker(task: str, task_kwargs: dict) -> tuple[Callable[[int], QATask], int]:

@@ -65,6 +65,7 @@ from envs.memory_rewards import (
 from envs.memory_store import MEMORY_TYPES, VARIANTS, MemoryStore, execute, parse_tool_calls
 from envs.memory_tasks import MemoryTask, load_memory_tasks
 from envs.text_space import printable, text_space
+from memrl.preflight import named_actor_missing, typed_config, unreachable
 
 PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
 """What the agent is told to memorise for when the task has no prompt of its own."""
@@ -236,7 +237,7 @@ class MemoryStoreEnv(gym.Env):
     def _configs(options: dict) -> tuple[MemoryStoreConfig, MemoryGeneratorConfig | None]:
         own = {f.name for f in fields(MemoryStoreConfig)}
         options = {k: tuple(v) if k == "enabled" else v for k, v in options.items()}
-        config = MemoryStoreConfig(**{k: v for k, v in options.items() if k in own})
+        config = typed_config(MemoryStoreConfig, {k: v for k, v in options.items() if k in own}, "MemoryStoreEnv")
         allowed = own | ({f.name for f in fields(MemoryGeneratorConfig)} if config.data == "synthetic" else set())
         unknown = sorted(set(options) - allowed)
         if unknown:
@@ -244,12 +245,26 @@ class MemoryStoreEnv(gym.Env):
                              f"{sorted(allowed)}")
         if config.data != "synthetic":
             return config, None
-        return config, MemoryGeneratorConfig(**{k: v for k, v in options.items() if k not in own})
+        return config, typed_config(MemoryGeneratorConfig, {k: v for k, v in options.items() if k not in own},
+                                    "MemoryStoreEnv")
 
     @classmethod
     def check_options(cls, options: dict) -> None:
         """Raise ValueError naming an unknown or bad option, without reading files or reaching the answerer."""
         cls._configs(options)
+
+    @classmethod
+    def check_services(cls, options: dict) -> None:
+        """Raise ValueError when the answerer or answer judge named (actor:NAME or a URL) is not there."""
+        config, _ = cls._configs(options)
+        for setting in ("answerer", "answer_judge"):
+            where = getattr(config, setting)
+            if where is None or where == "policy":
+                continue
+            why = (named_actor_missing(where.removeprefix("actor:")) if where.startswith("actor:")
+                   else unreachable(where))
+            if why:
+                raise ValueError(f"MemoryStoreEnv {setting}={where!r} is not there: {why}")
 
     def _make_answerer(self, where: str | None):
         """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy"."""

@@ -136,20 +136,27 @@ class RetrievalServer:
 
 
 class ActorRetriever:
-    """The client side of a RetrievalServer actor; it pickles, so it can travel to env runner actors."""
+    """The client side of a RetrievalServer actor; it pickles, so it can travel to env runner actors. A client made
+    by name looks the actor up again when the one it holds has died for good (a new actor under that name, started
+    by whoever serves it, is found on the next search)."""
 
-    def __init__(self, actor, timeout_s: float = 60.0):
+    def __init__(self, actor, timeout_s: float = 60.0, name: str | None = None, namespace: str | None = None):
         """`timeout_s` bounds one search, a restart of the actor included."""
         self.actor = actor
         self.timeout_s = timeout_s
+        self.name, self.namespace = name, namespace
 
     @classmethod
     def by_name(cls, name: str, namespace: str | None = None, timeout_s: float = 60.0) -> ActorRetriever:
         """A client of the running RetrievalServer actor called `name`."""
+        return cls(cls._lookup(name, namespace), timeout_s, name, namespace)
+
+    @staticmethod
+    def _lookup(name: str, namespace: str | None):
         import ray
 
         try:
-            return cls(ray.get_actor(name, namespace=namespace), timeout_s)
+            return ray.get_actor(name, namespace=namespace)
         except ValueError as e:
             raise ValueError(
                 f"no Ray actor named {name!r} is running; start one with "
@@ -160,6 +167,17 @@ class ActorRetriever:
         import ray
 
         _check_search_args(queries, top_k)
+        try:
+            return self._search(queries, top_k)
+        except ray.exceptions.ActorDiedError:
+            if self.name is None:
+                raise
+            self.actor = self._lookup(self.name, self.namespace)  # raises, naming it, when none runs now
+            return self._search(queries, top_k)
+
+    def _search(self, queries: list[str], top_k: int) -> list[list[dict]]:
+        import ray
+
         ref = self.actor.search.remote(list(queries), top_k)
         try:
             return ray.get(ref, timeout=self.timeout_s)
@@ -186,7 +204,7 @@ def start_retrieval_server(passages: Sequence[Passage], name: str | None = None,
                "resources": resources or {}}
     if name is not None:
         options.update(name=name, get_if_exists=True)
-    return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)), timeout_s)
+    return ActorRetriever(ray.remote(RetrievalServer).options(**options).remote(list(passages)), timeout_s, name)
 
 
 class HTTPRetriever:

@@ -32,6 +32,7 @@ from envs.retrieval import (
     load_corpus,
 )
 from envs.text_space import clean, text_space
+from memrl.preflight import named_actor_missing, typed_config, unreachable
 
 DATA = ("synthetic", "file")
 """Question sources: the fictional encyclopedia generator, or rows of a local QA file."""
@@ -300,14 +301,14 @@ class SearchEnv(gym.Env):
     def _configs(options: dict) -> tuple[SearchConfig, EncyclopediaConfig | None]:
         """The env's config and, for data='synthetic', the generator's; unknown or bad options are named."""
         own = {f.name for f in fields(SearchConfig)}
-        config = SearchConfig(**{k: v for k, v in options.items() if k in own})
+        config = typed_config(SearchConfig, {k: v for k, v in options.items() if k in own}, "SearchEnv")
         allowed = own | ({f.name for f in fields(EncyclopediaConfig)} if config.data == "synthetic" else set())
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValueError(f"SearchEnv(data={config.data!r}) has no option(s) {unknown}; allowed: {sorted(allowed)}")
         if config.data != "synthetic":
             return config, None
-        world = EncyclopediaConfig(**{k: v for k, v in options.items() if k not in own})
+        world = typed_config(EncyclopediaConfig, {k: v for k, v in options.items() if k not in own}, "SearchEnv")
         encyclopedia.make_questions(0, config.num_objectives, world)  # fails early if N is too large
         return config, world
 
@@ -315,6 +316,22 @@ class SearchEnv(gym.Env):
     def check_options(cls, options: dict) -> None:
         """Raise ValueError naming an unknown or bad option, without reading files or building an index."""
         cls._configs({k: v for k, v in options.items() if k != "backend"})
+
+    @classmethod
+    def check_services(cls, options: dict) -> None:
+        """Raise ValueError when the retrieval actor named is not running or the retriever URL accepts no
+        connection (a backend object, or the in-process BM25, needs nothing)."""
+        if options.get("backend") is not None:
+            return
+        config, _ = cls._configs(options)
+        if config.retrieval_actor is not None:
+            missing = named_actor_missing(config.retrieval_actor)
+            if missing:
+                raise ValueError(f"SearchEnv retrieval_actor: {missing}")
+        elif config.retriever != "bm25":
+            why = unreachable(config.retriever)
+            if why:
+                raise ValueError(f"SearchEnv retriever={config.retriever!r} cannot be reached: {why}")
 
     def _make_retriever(self) -> Retriever:
         config = self.config

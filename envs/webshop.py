@@ -49,6 +49,7 @@ from envs.retrieval import BM25Retriever, Passage
 from envs.text_space import clean, text_space
 from envs.webshop_catalog import Catalog, Goal, Product, generate_catalog, load_catalog
 from envs.webshop_reward import NOUN_TAGGERS, purchase_reward
+from memrl.preflight import typed_config
 
 SEP = " [SEP] "
 SEARCH_RETURN_N = 50
@@ -178,7 +179,7 @@ class WebShopEnv(gym.Env):
         unknown = sorted(set(kwargs) - own)
         if unknown:
             raise ValueError(f"WebShopEnv has no option(s) {unknown}; allowed: {sorted(own)}")
-        self.config = config = WebShopConfig(**kwargs)
+        self.config = config = typed_config(WebShopConfig, kwargs, "WebShopEnv")
         self.catalog, self.search_index = _shop(config.data_dir, config.num_products, config.goals_per_product,
                                                 config.catalog_seed, config.test_goals, config.val_goals,
                                                 config.read_reviews)
@@ -198,7 +199,7 @@ class WebShopEnv(gym.Env):
         unknown = sorted(set(options) - own)
         if unknown:
             raise ValueError(f"WebShopEnv has no option(s) {unknown}; allowed: {sorted(own)}")
-        WebShopConfig(**options)
+        typed_config(WebShopConfig, options, "WebShopEnv")
 
     # -- episode ----------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -132,6 +132,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def remove_own_staging(path: Path) -> list[Path]:
+    """Remove this process's staging directories for `path` (those of a save that failed and whose writers are
+    gone); returns them. Only for when no save of this process to `path` is under way."""
+    removed = sorted(path.parent.glob(_staging_prefix(path, os.getpid()) + "*")) if path.parent.is_dir() else []
+    for entry in removed:
+        shutil.rmtree(entry, ignore_errors=True)
+    return removed
+
+
+def size_bytes(directory: Path) -> int:
+    """Bytes of every file under `directory`."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+
+
+def check_room(path: Path, needed: int) -> None:
+    """Raise CheckpointError when the filesystem `path` goes on has fewer than `needed` bytes free (a save that ran
+    out of room halfway would fail with the writer's raw error, and may leave a learner rank in a barrier)."""
+    folder = Path(path).absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise CheckpointError(f"not enough disk for the checkpoint at {path}: it needs about {needed:,} bytes (the "
+                              f"size of the last one), and {folder} has {free:,} free; free some space or point "
+                              f"the checkpoints elsewhere")
+
+
 def staging_dir(path: Path) -> Path:
     """A fresh directory beside `path` to write a checkpoint into before `commit` (orphans of killed saves go first)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -233,6 +233,10 @@ class DebuggingConfig:
     """Before any actor starts, check that the Ray cluster holds the CPUs and GPUs the actors reserve and fail at
     once naming what is missing. Turn off on an autoscaling cluster (`ray up cluster.yaml`), whose nodes come only
     when actors ask for them."""
+    check_services: bool = True
+    """Before any actor starts, check that the services the env options name are there: a named Ray actor is
+    running, a URL accepts a connection within SERVICE_PROBE_S (memrl.preflight). Turn off for a service that comes
+    up after the run starts."""
 
 
 @dataclass
@@ -243,6 +247,10 @@ class FaultToleranceConfig:
     """Times a failed episode (its env or workflow raised, e.g. a retrieval server that is down) is run again on a
     fresh env instance before its sampling round fails; its siblings carry on meanwhile. Counted in
     counters.episodes_retried."""
+    failed_iterations_to_stop: int = 1
+    """Iterations in a row in which every episode failed (an env's service is down: its retriever, its answerer)
+    that stop the run, with AllEpisodesFailed naming the first failure: a run that cannot sample trains nothing, and
+    should say so rather than go on. Raise it to ride out a service that comes back."""
     max_actor_failures: int = 3
     """Failures tolerated within failure_window_s, for env runners and for engines each: a runner that dies or stalls
     is replaced by a new actor and its tasks resubmitted; an engine that dies or stalls is replaced, rejoined to the
@@ -426,6 +434,7 @@ class AlgorithmConfig(_Config):
             if not getattr(faults, name) > 0:
                 raise ValueError(f"fault_tolerance.{name}={getattr(faults, name)!r} is not allowed; it must be > 0")
         positive["fault_tolerance.keep_checkpoints"] = faults.keep_checkpoints
+        positive["fault_tolerance.failed_iterations_to_stop"] = faults.failed_iterations_to_stop
         if faults.checkpoint_frequency < 0:
             raise ValueError(f"fault_tolerance.checkpoint_frequency={faults.checkpoint_frequency!r} is not allowed; "
                              "it must be >= 0 (0: no periodic checkpoints)")
@@ -577,6 +586,14 @@ class AlgorithmConfig(_Config):
         from memrl.preflight import check_components
 
         check_components(self)
+
+    def check_services(self) -> None:
+        """Raise ValueError naming an env option whose service (a named actor, a URL) is not there (see
+        debugging.check_services); Ray must be running."""
+        if self.debugging_cfg.check_services:
+            from memrl.preflight import check_services
+
+            check_services(self)
 
     def build(self):
         """Validate, check the components, start Ray if this process has not (sized for the actors), and construct

@@ -7,6 +7,9 @@ A typo then fails in about a second at build() instead of inside an actor a minu
 
 Envs and engines may define a classmethod `check_options(options: dict)` that raises ValueError for an unknown or
 bad option cheaply (no data files, no index); without it, options are checked against the constructor's signature.
+Envs may also define a classmethod `check_services(options: dict)` that raises ValueError when a service an option
+names is not there (`named_actor_missing`, `unreachable` help); `check_services` calls it once Ray runs, before any
+actor starts, and a checkpoint_dir that cannot be a directory is named in `check_components`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import importlib
 import inspect
 import json
 import numbers
+import os
 import types
 import typing
 from pathlib import Path
@@ -23,6 +27,8 @@ from typing import Any
 
 MAKE_OPTIONS = frozenset({"max_episode_steps", "autoreset", "apply_api_compatibility", "disable_env_checker"})
 """gymnasium.make's own keyword arguments, accepted in env_config beside the env's."""
+SERVICE_PROBE_S = 5.0
+"""Deadline of one service probe (a TCP connection to a URL's host and port)."""
 ENGINE_RESERVED = {"model_path": "learners.model_path", "seed": "debugging.seed",
                    "num_gpus": "env_runners.num_gpus_per_engine", "num_cpus": "env_runners.num_cpus_per_engine",
                    "tempered_logprobs": "training.tempered_logprobs"}
@@ -44,6 +50,8 @@ def _matches(value: Any, hint: Any) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if hint is float:
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, (str, os.PathLike))  # a path may be given as a pathlib.Path
     if origin in (list, tuple):
         args = typing.get_args(hint)
         return isinstance(value, (list, tuple)) and all(_matches(item, args[0]) for item in value) if args else \
@@ -80,6 +88,21 @@ def check_types(section: str, settings: Any, values: dict | None = None) -> None
             raise ValueError(f"{section}.{name}={value!r} is not allowed; it must be {_describe(hints[name])}")
 
 
+def typed_config(cls: type, options: dict, owner: str):
+    """`cls(**options)` for a settings dataclass, after check_types named the first option of the wrong type
+    (`owner.name=value is not allowed; it must be ...`) rather than a TypeError where it is first used."""
+    check_types(owner, cls, options)
+    return cls(**options)
+
+
+def _annotations(owner: Any) -> dict:
+    """The parameter annotations of a class's constructor or a function, resolved; {} where they cannot be."""
+    try:
+        return typing.get_type_hints(owner.__init__ if isinstance(owner, type) else owner)
+    except Exception:  # a forward reference that does not resolve: the signature is not checked by type
+        return {}
+
+
 # -- components -----------------------------------------------------------------------------------------------
 def env_creator(env_id: str) -> tuple[Any, dict]:
     """The callable a gymnasium id makes its env with, and the id's registered keyword arguments. "module:Id"
@@ -104,8 +127,8 @@ def env_creator(env_id: str) -> tuple[Any, dict]:
 
 def check_options(owner: Any, options: dict, where: str, skip: tuple[str, ...] = ()) -> None:
     """Raise ValueError (prefixed by `where`) when `owner` (a class or function) cannot take `options`: each must be
-    a parameter of its signature (less `skip`) unless it takes **kwargs, and its own `check_options`, if it has
-    one, must pass them."""
+    a parameter of its signature (less `skip`) unless it takes **kwargs, of its annotated type, and its own
+    `check_options`, if it has one, must pass them."""
     parameters = inspect.signature(owner).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         allowed = sorted(name for name, p in parameters.items()
@@ -114,6 +137,10 @@ def check_options(owner: Any, options: dict, where: str, skip: tuple[str, ...] =
         if unknown:
             raise ValueError(f"{where}: {getattr(owner, '__name__', owner)} has no option(s) {unknown}; "
                              f"allowed: {allowed}")
+    hints = _annotations(owner)
+    for name, value in options.items():
+        if name in parameters and name in hints and not _matches(value, hints[name]):
+            raise ValueError(f"{where}: {name}={value!r} is not allowed; it must be {_describe(hints[name])}")
     check = getattr(owner, "check_options", None)
     if callable(check):
         try:
@@ -149,12 +176,79 @@ def load_tokenizer(model_path: str):
     return tokenizer
 
 
+def check_directory(setting: str, directory: str) -> None:
+    """Raise ValueError when `directory` cannot be made or written: a file stands on its path, or the nearest
+    existing folder above it does not let this process write."""
+    path = Path(directory).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{setting}={directory!r} is a file, not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{setting}={directory!r} lies under {str(parent)!r}, which is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{setting}={directory!r} cannot be written: this process may not write in {str(parent)!r}")
+
+
+def unreachable(url: str, timeout_s: float = SERVICE_PROBE_S) -> str | None:
+    """Why `url` (http or https) accepts no connection within `timeout_s`, or None when it does."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http(s) URL with a host"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as exc:  # refused, no route, unknown host, or no answer within the deadline
+        return f"{parts.hostname}:{port} accepts no connection within {timeout_s:g} s ({exc})"
+
+
+def named_actor_missing(name: str, namespace: str | None = None) -> str | None:
+    """Why no Ray actor called `name` is running (naming the ones that are), or None when it is."""
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+        return None
+    except ValueError:
+        running = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                         if isinstance(a, dict) and a.get("name"))
+        return f"no Ray actor named {name!r} is running (named actors: {running or 'none'})"
+
+
+def check_services(config) -> None:
+    """Each env's `check_services` over its training and evaluation options (see the module docstring)."""
+    env, ev = config.environment_cfg, config.evaluation_cfg
+    creator, registered = env_creator(env.env)
+    check = getattr(creator, "check_services", None)
+    if not callable(check):
+        return
+    seen = []
+    for field, overrides in (("environment.env_config", {}),
+                             ("evaluation.evaluation_env_config", ev.evaluation_env_config)):
+        options = {**registered, **env.env_config, **overrides}
+        if options in seen:
+            continue
+        seen.append(options)
+        try:
+            check(options)
+        except ValueError as exc:
+            raise ValueError(f"{field} for {env.env!r}: {exc}; start the service first, or skip this check with "
+                             "debugging(check_services=False)") from None
+
+
 def check_components(config) -> None:
     """The checks that load what `config` (an AlgorithmConfig) names; see the module docstring."""
     from memrl.engines import engine_class
     from memrl.workflows import workflow_class
 
     env, run, ev = config.environment_cfg, config.env_runners_cfg, config.evaluation_cfg
+    if config.fault_tolerance_cfg.checkpoint_dir:
+        check_directory("fault_tolerance.checkpoint_dir", config.fault_tolerance_cfg.checkpoint_dir)
     creator, registered = env_creator(env.env)
     for field, overrides in (("environment.env_config", {}),
                              ("evaluation.evaluation_env_config", ev.evaluation_env_config)):

@@ -28,6 +28,12 @@ def no_tokenizer(path):
     return str(copy)
 
 
+def under_a_file(path):
+    blocker = path.parent / "a_file"
+    blocker.write_text("not a directory")
+    return str(blocker / "checkpoints")
+
+
 BAD = {
     "unknown env id": (lambda c, p: c.environment("memrl/Nope-v0"),
                        "environment.env='memrl/Nope-v0' is not a registered gymnasium id"),
@@ -36,6 +42,18 @@ BAD = {
     "unknown env option": (lambda c, p: c.environment(env_config={"num_turnz": 2}),
                            r"environment.env_config for 'memrl/Echo-v0': EchoEnv has no option\(s\) \['num_turnz'\]"),
     "bad env value": (lambda c, p: c.environment(env_config={"num_turns": 0}), "num_turns must be >= 1"),
+    "env option of the wrong type": (lambda c, p: c.environment(env_config={"num_turns": "2"}),
+                                     "environment.env_config for 'memrl/Echo-v0': num_turns='2' is not allowed; it "
+                                     "must be an integer"),
+    "search option of the wrong type": (
+        lambda c, p: c.environment("memrl/Search-v0", env_config={"num_objectives": "2"}),
+        "SearchEnv.num_objectives='2' is not allowed; it must be an integer"),
+    "memory option of the wrong type": (
+        lambda c, p: c.environment("memrl/MemoryStore-v0", env_config={"answer_top_k": 2.5}),
+        r"MemoryStoreEnv.answer_top_k=2.5 is not allowed; it must be an integer or None"),
+    "checkpoint_dir under a file": (lambda c, p: c.fault_tolerance(checkpoint_dir=under_a_file(p)),
+                                    r"fault_tolerance.checkpoint_dir=.*a_file/checkpoints' lies under .*a_file', "
+                                    "which is a file, not a directory"),
     "unknown search option": (lambda c, p: c.environment("memrl/Search-v0", env_config={"top_kk": 3}),
                               r"SearchEnv\(data='synthetic'\) has no option\(s\) \['top_kk'\]"),
     "unknown chunk-stream option": (lambda c, p: c.environment("memrl/ChunkStream-v0", env_config={"hops": 9}),
@@ -162,3 +180,38 @@ print(sorted(m for m in ("transformers.modeling_utils", "transformers.models.aut
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_services_an_env_names_must_be_there(ray_session, tiny_checkpoint, serve_http):
+    from http.server import BaseHTTPRequestHandler
+
+    search = base(tiny_checkpoint).environment("memrl/Search-v0", env_config={"retrieval_actor": "no-retriever"})
+    groups = len(ray.util.placement_group_table())
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"environment.env_config for 'memrl/Search-v0': SearchEnv retrieval_actor: "
+                                         r"no Ray actor named 'no-retriever' is running .*check_services=False"):
+        search.build()
+    assert time.perf_counter() - t0 < 5.0 and len(ray.util.placement_group_table()) == groups
+    dead_url = f"http://127.0.0.1:{_closed_port()}/retrieve"
+    with pytest.raises(ValueError, match=rf"SearchEnv retriever='{dead_url}' cannot be reached: 127.0.0.1:\d+ "
+                                         "accepts no connection"):
+        base(tiny_checkpoint).environment("memrl/Search-v0", env_config={"retriever": dead_url}).check_services()
+    memory = base(tiny_checkpoint).environment("memrl/MemoryStore-v0", env_config={"answerer": "actor:nobody"})
+    with pytest.raises(ValueError, match="MemoryStoreEnv answerer='actor:nobody' is not there: no Ray actor named"):
+        memory.check_services()
+    with pytest.raises(ValueError, match="evaluation.evaluation_env_config .*answer_judge="):
+        base(tiny_checkpoint).environment("memrl/MemoryStore-v0").evaluation(
+            evaluation_env_config={"answer_judge": dead_url}).check_services()
+
+    live = serve_http(BaseHTTPRequestHandler)
+    base(tiny_checkpoint).environment("memrl/Search-v0", env_config={"retriever": live + "/retrieve"}).check_services()
+    base(tiny_checkpoint).environment("memrl/MemoryStore-v0", env_config={"answerer": live + "/v1"}).check_services()
+    search.debugging(check_services=False).check_services()  # skipped: a service that comes up later

@@ -61,6 +61,7 @@ class Algorithm(Recovery, tune.Trainable):
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
+        self.cfg.check_services()
         run, dbg = self.cfg.env_runners_cfg, self.cfg.debugging_cfg
         self._trial_group = trial_placement_group(self.cfg)
         self.seed = dbg.seed
@@ -80,6 +81,8 @@ class Algorithm(Recovery, tune.Trainable):
         wait_engines_ready(self.engines, self.cfg)
         self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
+        self._unfinished: str | None = None  # an iteration whose learner step was taken but which then failed
+        self._failed_in_a_row = 0  # iterations just before this one in which every episode failed
         self._eval_group: EnvRunnerGroup | None = None
         self._init_weight_sync()
         self._wandb = None
@@ -165,13 +168,19 @@ class Algorithm(Recovery, tune.Trainable):
 
         Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous (k >= 1): the iteration's
         batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batch k
-        iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after)."""
+        iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after).
+        An iteration that fails after its learner step is never run again on top of that step: the next call
+        recovers the learners from the newest periodic checkpoint (Recovery.step) or fails naming the iteration."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
+        if self._unfinished is not None:
+            # Running it again would train the learners on its batch twice: recovered from a checkpoint instead.
+            raise LearnerFailed(f"{self._unfinished}; running it again would train them on its batch twice")
         train = self.cfg.training_cfg
         t_start = time.perf_counter()
         sampled = self._prefetched.pop(iteration, None)
         if sampled is None:
             sampled = self._sample_training_batch(iteration)
+        self._check_not_all_failed(sampled)
         t_sampled = time.perf_counter()
         # Iterations whose batches are sampled now: one per iteration once the pipeline is full.
         targets = [j for j in range(iteration + 1, iteration + train.max_staleness + 1) if j not in self._prefetched]
@@ -186,6 +195,7 @@ class Algorithm(Recovery, tune.Trainable):
             prefetch = Prefetch(sample_ahead, f"sampling the batches of iterations {targets}")
         sync = None
         try:
+            self._unfinished = f"iteration {iteration + 1} failed once its learners had begun to train"
             learner_metrics, off_policy = self._learn(sampled.kept)
             t_learned = time.perf_counter()
             if prefetch is not None and train.partial_rollouts:
@@ -202,11 +212,12 @@ class Algorithm(Recovery, tune.Trainable):
                 engines_failed = failure
                 self._replace_engines_for_sync(failure)
             self._prefetched.update({batch.iteration: batch for batch in ready})
-        generate_s = max(self._engine_seconds())  # this iteration's sampling, whichever batch it was for
+        seconds, engines_lost = self._engine_seconds()
+        generate_s = max(seconds)  # this iteration's sampling, whichever batch it was for
         t_collected = time.perf_counter()
         if sync is None:
             sync = self.sync_weights()
-        elif engines_failed is not None:
+        elif engines_failed is not None or engines_lost:
             self._broadcast_weights()  # the replaced engines get the weights the others hold
         if engines_failed is not None:
             # The batches the failure left unsampled, sampled again now that every engine holds the new weights.
@@ -247,9 +258,28 @@ class Algorithm(Recovery, tune.Trainable):
         interval = self.cfg.evaluation_cfg.evaluation_interval
         if interval and (iteration + 1) % interval == 0:
             result["evaluation"] = self.evaluate()
+        self._unfinished = None
         if self._wandb is not None and not replay:
             self._wandb.log(_flatten(result), step=iteration + 1)
         return result
+
+    def _check_not_all_failed(self, sampled: SampledBatch) -> None:
+        """Raise AllEpisodesFailed once fault_tolerance.failed_iterations_to_stop iterations in a row had every episode
+        fail (nothing to train on), naming the first failure."""
+        failures = [t.failure for t in sampled.trajectories if t.failure]
+        if not failures or len(failures) < len(sampled.trajectories):
+            self._failed_in_a_row = 0
+            return
+        self._failed_in_a_row += 1
+        limit = self.cfg.fault_tolerance_cfg.failed_iterations_to_stop
+        if self._failed_in_a_row >= limit:
+            self._failed_in_a_row = 0
+            raise AllEpisodesFailed(
+                f"every one of the {len(failures)} episodes of iteration {sampled.iteration + 1} failed"
+                + (f" ({limit} iterations in a row)" if limit > 1 else "")
+                + f", so nothing was trained; the first failure: {failures[0]}. Is a service the env needs down "
+                "(its retriever, its answerer)? fault_tolerance.failed_iterations_to_stop sets how many such "
+                "iterations a run takes")
 
     def _learn(self, kept: list[Trajectory]) -> tuple[dict[str, float], dict[str, float]]:
         """Train on the kept trajectories that are fresh enough -> (learner metrics, off-policy figures)."""
@@ -442,14 +472,27 @@ class Algorithm(Recovery, tune.Trainable):
             self._eval_group.configure(spec)
         trajectories = sample_heldout(self._eval_group, n, self.seed, self.sample)
         # The engines' generation time is what training iterations report; evaluation's is not theirs.
-        self._engine_seconds()
+        if self._engine_seconds()[1]:
+            self._broadcast_weights()
         return trajectories
 
-    def _engine_seconds(self) -> list[float]:
-        """Each engine's generation seconds since the last call (and resets them)."""
-        return get([e.pop_generate_seconds.remote() for e in self.engines],
-                   self.cfg.fault_tolerance_cfg.engine_call_timeout_s, "reading the engines' generation time",
-                   "fault_tolerance.engine_call_timeout_s")
+    def _engine_seconds(self) -> tuple[list[float], bool]:
+        """Each engine's generation seconds since the last call (and resets them), and whether an engine was found
+        dead or stalled on the way: it died after its last call (while the learners trained, say), counts 0 s and
+        is replaced and joined to the weight sync, so the broadcast the caller sends next reaches it."""
+        limit = self.cfg.fault_tolerance_cfg.engine_call_timeout_s
+        refs = [e.pop_generate_seconds.remote() for e in self.engines]
+        seconds, lost = [], None
+        for i, ref in enumerate(refs):
+            try:
+                seconds.append(float(get(ref, limit, f"reading inference engine {i}'s generation time",
+                                         "fault_tolerance.engine_call_timeout_s")))
+            except (RayActorError, TimeoutError) as exc:
+                seconds.append(0.0)
+                lost = lost or EngineFailed(f"inference engine {i} failed between calls: {exc}")
+        if lost is not None:
+            self._replace_engines_for_sync(lost)
+        return seconds, lost is not None
 
     # -- checkpoints ---------------------------------------------------------------------
     def learner_groups(self) -> dict[str, LearnerGroup]:
@@ -470,6 +513,7 @@ class Algorithm(Recovery, tune.Trainable):
         for name, group in self.learner_groups().items():
             group.load_checkpoint(str(Path(checkpoint_dir) / name))
         self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
+        self._unfinished = None
         self._prefetched = load_batches(checkpoint_dir)
         self.restore_state(state)
 
@@ -525,6 +569,10 @@ class Algorithm(Recovery, tune.Trainable):
             group.shutdown()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+class AllEpisodesFailed(RuntimeError):
+    """Every episode of an iteration failed (fault_tolerance.failed_iterations_to_stop in a row): nothing to train."""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, float]:

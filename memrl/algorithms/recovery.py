@@ -15,6 +15,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from memrl import checkpoints
 from memrl.learner.learner_group import LearnerFailed
 from memrl.rollout import EngineFailed, EnvRunnerGroup, Task
 
@@ -29,14 +30,28 @@ class Recovery:
 
     _periodic: tuple[Path, ...] = ()
     """This run's periodic checkpoints, newest first (fault_tolerance.checkpoint_frequency)."""
+    _periodic_bytes: int = 0
+    """Size of the newest periodic checkpoint: the room the next one is checked for before it starts."""
 
     # -- learners ------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due."""
+        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due. A learner that dies
+        or stalls during that save is recovered as during a step (from the newest periodic checkpoint, the
+        iterations since run again), and the save is made again."""
         result = super().train()
         faults = self.cfg.fault_tolerance_cfg
         if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
-            path = Path(self.save_to_path(Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"))
+            target = Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"
+            checkpoints.check_room(target, self._periodic_bytes)  # known after the first save
+            while True:
+                try:
+                    path = Path(self.save_to_path(target))
+                    break
+                except LearnerFailed as failure:
+                    self._recover_learners(failure)
+                    # The dead save's other ranks may have written on after it gave up; they are gone now.
+                    checkpoints.remove_own_staging(target)
+            self._periodic_bytes = checkpoints.size_bytes(path)
             saved = (path, *(p for p in self._periodic if p != path))
             for old in saved[faults.keep_checkpoints:]:
                 shutil.rmtree(old)

@@ -118,6 +118,7 @@ class SFT(Algorithm):
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
+        self.cfg.check_services()
         self._trial_group = trial_placement_group(self.cfg)
         env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                   self.cfg.training_cfg)

@@ -146,6 +146,20 @@ def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_sessi
     scored = [t.reward for t in trajectories if not t.failure]
     assert evaluation["num_failed"] == 16 - len(scored) > 0 and evaluation["num_tasks"] == len(scored)
     assert evaluation["reward_mean"] == pytest.approx(np.mean(scored))
+    if num_env_runners == 0:
+        # The env's service goes down for good: every episode fails. One such iteration is ridden out (the limit is
+        # 2 here), the second in a row stops the run naming the failure, with nothing trained meanwhile.
+        from memrl.algorithms.algorithm import AllEpisodesFailed
+
+        algo.env_runner_group.configure(algo._runner_spec({"failure_rate": 1.0}, config.env_runners_cfg.temperature))
+        algo.cfg.fault_tolerance_cfg.failed_iterations_to_stop = 2
+        trained = algo.counters["trajectories_trained"]
+        assert algo.train()["counters"]["trajectories_trained"] == trained
+        with pytest.raises(AllEpisodesFailed, match=r"every one of the 12 episodes of iteration 3 failed \(2 "
+                                                    r"iterations in a row\), so nothing was trained; the first "
+                                                    r"failure: .*failed_iterations_to_stop"):
+            algo.train()
+        assert algo.counters["trajectories_trained"] == trained
     algo.stop()
 
 
@@ -194,10 +208,10 @@ def _slow_steps(checkpoint) -> DAPOConfig:
 
 @pytest.fixture(scope="module")
 def straight_slow_steps(ray_session, tiny_checkpoint) -> list[dict]:
-    """Six iterations of _slow_steps without a fault: what every recovered run must reproduce."""
+    """Eight iterations of _slow_steps without a fault: what every recovered run must reproduce."""
     algo = _slow_steps(tiny_checkpoint).build()
     try:
-        return [algo.train() for _ in range(6)]
+        return [algo.train() for _ in range(8)]
     finally:
         algo.stop()
 
@@ -227,9 +241,19 @@ def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_
     start = time.monotonic()
     faulty.append(during_next_iteration(lambda: os.kill(pid, signal.SIGSTOP)))
     assert time.monotonic() - start < 60  # the stalled engine is given up after the 5 s call deadline, twice at most
+    learn = algo._learn
+
+    def engine_dies_while_the_learners_train(kept):
+        algo._learn = learn
+        ray.kill(algo.engines[0], no_restart=True)
+        return learn(kept)
+
+    algo._learn = engine_dies_while_the_learners_train  # found dead after the step, replaced before the broadcast
     faulty.append(algo.train())
-    assert [r["counters"]["engine_restarts"] for r in faulty] == [1, 2, 2]
-    assert faulty[0]["counters"]["failed_rounds"] == 1 and faulty[1]["counters"]["failed_rounds"] == 2
+    faulty.append(algo.train())
+    assert [r["counters"]["engine_restarts"] for r in faulty] == [1, 2, 3, 3]
+    assert [r["counters"]["failed_rounds"] for r in faulty] == [1, 2, 2, 2]
+    assert faulty[2]["counters"]["learner_restarts"] == 0  # nothing rolled back: the step was taken once
     for got, want in zip(faulty, straight_slow_steps):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         g, w = _figures(got), _figures(want)
@@ -256,7 +280,7 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
     algo = _slow_steps(tiny_checkpoint).fault_tolerance(
         checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=1,
-        learner_timeout_s=30).build()
+        learner_timeout_s=30, max_actor_failures=5).build()
     results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
     out = {}
@@ -293,12 +317,68 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     thread.join(timeout=600)
     results.append(out["result"])
     assert results[5]["counters"]["learner_restarts"] == 3
+
+    # Iteration 7 fails after its learner step: the next call does not train on its batch again on top of that
+    # step, but starts the learners anew from the checkpoint of 6 and runs iteration 7 once.
+    sync = algo.sync_weights
+
+    def fails_after_the_step():
+        algo.sync_weights = sync
+        raise RuntimeError("the broadcast could not start")
+
+    algo.sync_weights = fails_after_the_step
+    with pytest.raises(RuntimeError, match="the broadcast could not start"):
+        algo.train()
+    results.append(algo.train())
+    assert results[6]["training_iteration"] == 7 and results[6]["counters"]["learner_restarts"] == 4
+
+    # A learner dies as the periodic save after iteration 8 starts: the learners start anew from the checkpoint of
+    # 6, iterations 7 and 8 are run again, the save is made, and the dead save leaves nothing behind.
+    group = algo.learner_group
+    save = group.save_checkpoint
+
+    def learner_dies_as_the_save_starts(*args, **kwargs):
+        group.save_checkpoint = save
+        ray.kill(group.learners[1], no_restart=True)
+        return save(*args, **kwargs)
+
+    group.save_checkpoint = learner_dies_as_the_save_starts
+    results.append(algo.train())
+    assert results[7]["training_iteration"] == 8 and algo.learner_group is not group
+    assert algo.counters["learner_restarts"] == 5
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000008"]
+    assert len(results) == len(straight_slow_steps)
     for got, want in zip(results, straight_slow_steps):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
         assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]
         g, w = _figures(got), _figures(want)
         for k in g:
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    algo.stop()
+
+
+def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session, tiny_checkpoint, tmp_path,
+                                                                    monkeypatch):
+    import shutil
+    import time
+    from collections import namedtuple
+
+    from memrl.checkpoints import CheckpointError
+
+    algo = _config(tiny_checkpoint, "torch").fault_tolerance(
+        checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic"), learner_timeout_s=60).build()
+    algo.train()  # the first save: its size is what the next one needs
+    size = sum(p.stat().st_size for p in (tmp_path / "periodic" / "iteration_000001").rglob("*") if p.is_file())
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=size // 2))
+    start = time.monotonic()
+    with pytest.raises(CheckpointError, match=rf"not enough disk for the checkpoint at .*iteration_000002: it needs "
+                                              rf"about {size:,} bytes .* has {size // 2:,} free"):
+        algo.train()
+    assert time.monotonic() - start < 30  # no save began: no rank waits in a barrier
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    assert algo.train()["training_iteration"] == 3  # the learners are fine: the run goes on and saves again
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000001", "iteration_000003"]
     algo.stop()
 
 

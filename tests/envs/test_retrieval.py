@@ -368,3 +368,24 @@ def test_http_cut_and_oversized_answers_are_named(bad_server_url):
         HTTPRetriever(bad_server_url + "/huge", max_answer_bytes=10**6).search(["x"], 1)
     with pytest.raises(ValueError, match="retries must be an int >= 0"):
         HTTPRetriever(bad_server_url, retries=-1)
+
+
+def test_a_retrieval_actor_lost_for_good_is_looked_up_again_by_name(ray_session):
+    ray = ray_session
+    name = "test-retrieval-replaced"
+    client = start_retrieval_server(PASSAGES, name=name)
+    want = client.search(["Kema", "Quovex founded"], 2)
+    ray.kill(client.actor, no_restart=True)  # gone for good: Ray does not restart it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the name is freed once Ray has seen the actor die
+        try:
+            ray.get_actor(name)
+            time.sleep(0.1)
+        except ValueError:
+            break
+    with pytest.raises(ValueError, match=f"no Ray actor named '{name}' is running; start one with"):
+        client.search(["Kema"], 2)
+    replacement = start_retrieval_server(PASSAGES, name=name)  # whoever serves it starts it again
+    assert client.search(["Kema", "Quovex founded"], 2) == want
+    assert client.actor._actor_id == replacement.actor._actor_id
+    ray.kill(replacement.actor)

@@ -425,7 +425,7 @@ def test_bad_config_is_named(files):
         SearchEnv(retriever="faiss")
     with pytest.raises(ValueError, match="expert_notes needs data='synthetic'"):
         SearchEnv(expert_notes=True, **files)
-    with pytest.raises(TypeError, match="expert_notes must be a bool, got 1"):
+    with pytest.raises(ValueError, match="SearchEnv.expert_notes=1 is not allowed; it must be True or False"):
         SearchEnv(expert_notes=1)
     with pytest.raises(ValueError, match="corpus_path is only for data='file'"):
         SearchEnv(corpus_path=files["corpus_path"])
