@@ -361,7 +361,6 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
                                                                     monkeypatch):
     import shutil
     import time
-    from collections import namedtuple
 
     from memrl.checkpoints import CheckpointError
 
