@@ -20,6 +20,24 @@ def test_extract_boxed_takes_the_last_box_and_balances_braces():
     assert extract_boxed("\\boxed{x} and \\boxed{unclosed") is None  # only the last box counts, as in MemAgent's code
 
 
+class _CountedReads(str):
+    """A reply that counts how many characters are read one by one."""
+
+    reads = 0
+
+    def __getitem__(self, key):
+        type(self).reads += 1
+        return str.__getitem__(self, key)
+
+
+def test_extract_boxed_reads_a_hostile_reply_once_however_many_boxes_it_opens():
+    for opened in (200, 20_000):
+        reply = _CountedReads("\\boxed{" * opened + "x" * 100)
+        _CountedReads.reads = 0
+        assert extract_boxed(reply) is None
+        assert _CountedReads.reads <= len(reply)  # linear: a quadratic scan reads ~opened x len characters
+
+
 def test_em():
     assert em("the Calton.", ["Calton"]) == 1.0
     assert em("Calton Bay", ["Calton"]) == 0.0
