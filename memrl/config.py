@@ -192,7 +192,9 @@ class TrainingConfig:
     """Asynchronous training: with k >= 1 batches are sampled k iterations ahead, the one for iteration i + k while
     the learner trains iteration i, so every call is k weight versions behind the learner (runs stay reproducible and
     resume exactly); trajectories with a call more than k versions behind are not trained on (counted as
-    trajectories_stale). 0 is the synchronous loop: sample, learn, broadcast."""
+    trajectories_stale). 0 is the synchronous loop: sample, learn, broadcast. Learner rank 0 then keeps a host copy of
+    the weights it last sent (one model's size), so an engine replaced while a batch is sampled ahead samples it
+    under the weights it was meant for."""
     partial_rollouts: bool = False
     """With max_staleness >= 1: broadcast new weights as soon as the learner step ends, without waiting for the batch
     being sampled; its episodes' later calls run under the new weights, each call recording its version. Sampling

@@ -212,6 +212,14 @@ class Algorithm(Recovery, tune.Trainable):
                 engines_failed = failure
                 self._replace_engines_for_sync(failure)
             self._prefetched.update({batch.iteration: batch for batch in ready})
+        if engines_failed is not None and not train.partial_rollouts:
+            # The batches the failure left unsampled, sampled now under the weights they were meant for (the new
+            # engines get them again from learner rank 0's copy), as an uninterrupted run samples them.
+            self._resend_kept_weights()
+            for j in targets:
+                if j not in self._prefetched:
+                    self._prefetched[j] = self._sample_training_batch(j)
+            engines_failed = None
         seconds, engines_lost = self._engine_seconds()
         generate_s = max(seconds)  # this iteration's sampling, whichever batch it was for
         t_collected = time.perf_counter()
@@ -220,7 +228,8 @@ class Algorithm(Recovery, tune.Trainable):
         elif engines_failed is not None or engines_lost:
             self._broadcast_weights()  # the replaced engines get the weights the others hold
         if engines_failed is not None:
-            # The batches the failure left unsampled, sampled again now that every engine holds the new weights.
+            # With partial rollouts the batches sampled ahead cross versions by design; those the failure left
+            # unsampled are sampled again now that every engine holds the new weights.
             for j in targets:
                 if j not in self._prefetched:
                     self._prefetched[j] = self._sample_training_batch(j)
@@ -438,12 +447,28 @@ class Algorithm(Recovery, tune.Trainable):
         return self._broadcast_weights()
 
     def _broadcast_weights(self) -> dict[str, float]:
-        """Send the learner's weights to every engine under the current version."""
+        """Send the learner's weights to every engine under the current version. When batches are sampled ahead
+        (and not across versions), learner rank 0 keeps a copy: an engine replaced while such a batch is sampled
+        gets those weights again (`_resend_kept_weights`), though the learners have trained on meanwhile."""
+        train = self.cfg.training_cfg
+        keep = train.max_staleness > 0 and not train.partial_rollouts
         bucket = self.cfg.learners_cfg.weight_sync_bucket_bytes
-        learner_refs = self.learner_group.broadcast_weights(self.weight_version, bucket, wait=False)
+        learner_refs = self.learner_group.broadcast_weights(self.weight_version, bucket, wait=False, keep=keep)
+        return self._send_weights(learner_refs, f"broadcasting weight version {self.weight_version} to "
+                                                f"{len(self.engines)} engines")
+
+    def _resend_kept_weights(self) -> None:
+        """Send every engine the weights of the last broadcast again (the version the batches sampled ahead were
+        meant for); nothing before the first, when every engine holds the checkpoint's weights already."""
+        if self.weight_version > 0:
+            self._send_weights(self.learner_group.resend_kept_weights(wait=False),
+                               f"sending weight version {self.weight_version} again to {len(self.engines)} engines")
+
+    def _send_weights(self, learner_refs: list, what: str) -> dict[str, float]:
+        """Have every engine receive what `learner_refs` (learner rank 0 first) send under the current version."""
+        bucket = self.cfg.learners_cfg.weight_sync_bucket_bytes
         engine_refs = [e.receive_weights.remote(self._weight_metas, self.weight_version, bucket) for e in self.engines]
         limit = self.cfg.fault_tolerance_cfg.weight_sync_timeout_s
-        what = f"broadcasting weight version {self.weight_version} to {len(self.engines)} engines"
         try:
             sent = self.learner_group.wait(learner_refs, what, limit, "fault_tolerance.weight_sync_timeout_s")[0]
             get(engine_refs, limit, what, "fault_tolerance.weight_sync_timeout_s")

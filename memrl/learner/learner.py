@@ -127,6 +127,7 @@ class Learner:
         self.world_size = world_size
         self._listener = None
         self._sync_pg = None
+        self._kept_weights: tuple[int, list, torch.device] | None = None  # rank 0: (version, [(tag, tensors)], device)
         keep_freed_memory()
 
     def node_ip(self) -> str:
@@ -370,8 +371,9 @@ class Learner:
         if self.rank == 0:
             self._sync_pg = init_group(host, port, 0, world_size, backend, listener=self._take_listener())
 
-    def broadcast_weights(self, version: int, bucket_bytes: int) -> dict[str, float]:
-        """Gather parameters bucket by bucket and broadcast them from rank 0; every rank must call this.
+    def broadcast_weights(self, version: int, bucket_bytes: int, keep: bool = False) -> dict[str, float]:
+        """Gather parameters bucket by bucket and broadcast them from rank 0; every rank must call this. With `keep`,
+        rank 0 also keeps a host-memory copy of what it sent (one model's weights), for `resend_kept_weights`.
 
         Returns the version, bytes sent (0 on ranks other than 0) and seconds taken.
         """
@@ -382,13 +384,31 @@ class Learner:
         start = time.perf_counter()
         named = dict(self._named_parameters())
         sent = tag = 0
+        kept, device = ([] if keep and self.rank == 0 else None), None
         # One bucket gathered at a time keeps peak memory at one bucket, not the whole model.
         for bucket in plan_buckets(self.weight_metas(), bucket_bytes):
             params = [named[name] for name, _, _ in bucket]
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
                 if self.rank == 0:  # sent before the gathered parameters are released
-                    sent += send_bucket(self._sync_pg, [named[name].data for name, _, _ in bucket], tag)
+                    tensors = [named[name].data for name, _, _ in bucket]
+                    sent += send_bucket(self._sync_pg, tensors, tag)
+                    if kept is not None:
+                        device = tensors[0].device
+                        kept.append((tag, [t.detach().to("cpu", copy=True) for t in tensors]))
             tag += len(bucket)
+        self._kept_weights = (version, kept, device) if kept is not None else None
+        return {"version": float(version), "bytes": float(sent), "seconds": time.perf_counter() - start}
+
+    def resend_kept_weights(self) -> dict[str, float]:
+        """Broadcast again, bucket for bucket, the weights the last `broadcast_weights(keep=True)` sent (rank 0 only:
+        engines that joined since get the version the others hold, though the learners have trained on)."""
+        if self.rank != 0:
+            raise RuntimeError("resend_kept_weights runs on learner rank 0, which keeps the copy")
+        if self._kept_weights is None:
+            raise RuntimeError("no weights kept: the last broadcast_weights was not called with keep=True")
+        start = time.perf_counter()
+        version, kept, device = self._kept_weights
+        sent = sum(send_bucket(self._sync_pg, [t.to(device) for t in tensors], tag) for tag, tensors in kept)
         return {"version": float(version), "bytes": float(sent), "seconds": time.perf_counter() - start}
 
     def save_checkpoint(self, path: str) -> None:

@@ -233,14 +233,21 @@ class LearnerGroup:
         """
         return self._call("init_weight_sync", host, port, world_size, backend, wait=wait)
 
-    def broadcast_weights(self, version: int, bucket_bytes: int = 64 << 20, wait: bool = True):
-        """Broadcast all weights from rank 0; returns rank 0's {"version", "bytes", "seconds"}.
+    def broadcast_weights(self, version: int, bucket_bytes: int = 64 << 20, wait: bool = True, keep: bool = False):
+        """Broadcast all weights from rank 0; returns rank 0's {"version", "bytes", "seconds"}. With `keep`, rank 0
+        keeps a host copy of them for `resend_kept_weights`.
 
         The engines must receive at the same time: pass wait=False to get Ray refs (rank order), start the
         engines' receives, then ray.get the refs.
         """
-        refs = self._call("broadcast_weights", version, bucket_bytes, wait=False)
+        refs = self._call("broadcast_weights", version, bucket_bytes, keep, wait=False)
         return self.wait(refs, "broadcast_weights")[0] if wait else refs
+
+    def resend_kept_weights(self, wait: bool = True):
+        """Send the weights of the last broadcast made with keep=True again (rank 0's copy; the engines receive at
+        the same time, as for broadcast_weights)."""
+        refs = [self.learners[0].resend_kept_weights.remote()]
+        return self.wait(refs, "resend_kept_weights")[0] if wait else refs
 
     def save_checkpoint(self, path: str) -> None:
         """DeepSpeed checkpoint (weights, optimizer, step) of every rank under `path` (a directory all ranks see)."""

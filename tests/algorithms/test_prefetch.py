@@ -85,6 +85,29 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     assert counters["trajectories_trained"] == 2 * TRAJECTORIES and counters["trajectories_prefetched"] == 0
     assert result["off_policy"]["staleness_1"] == 2 * TRAJECTORIES
 
+    # An engine dies while the learners train on batch 2 and batch 3 is sampled ahead: the new engine gets the
+    # weights batch 3 was meant for (learner rank 0's copy), so batch 3 and the run's figures are the uninterrupted
+    # ones, not those of weights one step on.
+    algo = _config(tiny_checkpoint).build()
+    faulty = [algo.train()]
+    learn = algo._learn
+
+    def engine_dies_while_the_next_batch_is_sampled(kept):
+        algo._learn = learn
+        ray.kill(algo.engines[0], no_restart=True)
+        return learn(kept)
+
+    algo._learn = engine_dies_while_the_next_batch_is_sampled
+    faulty += [algo.train(), algo.train()]
+    algo.stop()
+    assert [r["counters"]["engine_restarts"] for r in faulty] == [0, 1, 1]
+    for got, want in zip(faulty, straight):
+        assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
+        assert got["counters"]["trajectories_prefetched"] == want["counters"]["trajectories_prefetched"]
+        g, w = _figures(got), _figures(want)
+        for k in g:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+
 
 def _staleness(result: dict) -> list[int]:
     return sorted(int(k.removeprefix("staleness_")) for k in result["off_policy"] if k.startswith("staleness_"))
