@@ -81,7 +81,7 @@ class Algorithm(Recovery, tune.Trainable):
         wait_engines_ready(self.engines, self.cfg)
         self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
-        self._unfinished: str | None = None  # an iteration whose learner step was taken but which then failed
+        self._unfinished: str | None = None  # an iteration that failed once its learners had begun to train
         self._failed_in_a_row = 0  # iterations just before this one in which every episode failed
         self._eval_group: EnvRunnerGroup | None = None
         self._init_weight_sync()
@@ -169,7 +169,7 @@ class Algorithm(Recovery, tune.Trainable):
         Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous (k >= 1): the iteration's
         batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batch k
         iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after).
-        An iteration that fails after its learner step is never run again on top of that step: the next call
+        An iteration that fails once its learners have begun to train is never run again on top of that: the next call
         recovers the learners from the newest periodic checkpoint (Recovery.step) or fails naming the iteration."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         if self._unfinished is not None:
