@@ -28,7 +28,7 @@ writes it into directories Ray Train and Tune manage). memrl never reads it. Any
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint directory is missing, incomplete or does not match its manifest."""
+    """A checkpoint directory is missing, incomplete or does not match its manifest, or a save could not be written."""
 
 
 def _fsync(path: Path) -> None:
@@ -146,13 +146,18 @@ def size_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
-def check_room(path: Path, needed: int) -> None:
-    """Raise CheckpointError when the filesystem `path` goes on has fewer than `needed` bytes free (a save that ran
-    out of room halfway would fail with the writer's raw error, and may leave a learner rank in a barrier)."""
+def free_bytes(path: str | os.PathLike) -> tuple[Path, int]:
+    """(the nearest existing folder above `path`, the bytes free on its filesystem)."""
     folder = Path(path).absolute().parent
     while not folder.exists():
         folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    return folder, shutil.disk_usage(folder).free
+
+
+def check_room(path: Path, needed: int) -> None:
+    """Raise CheckpointError when the filesystem `path` goes on has fewer than `needed` bytes free (a save that runs
+    out of room halfway costs the learners their state: see LearnerGroup.save_checkpoint)."""
+    folder, free = free_bytes(path)
     if free < needed:
         raise CheckpointError(f"not enough disk for the checkpoint at {path}: it needs about {needed:,} bytes (the "
                               f"size of the last one), and {folder} has {free:,} free; free some space or point "

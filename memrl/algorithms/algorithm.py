@@ -81,7 +81,9 @@ class Algorithm(Recovery, tune.Trainable):
         wait_engines_ready(self.engines, self.cfg)
         self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
-        self._unfinished: str | None = None  # an iteration that failed once its learners had begun to train
+        # Why the learners' state is not that of the last completed iteration: an iteration failed once they had begun
+        # to train, or a save stopped them. The next step recovers them from a checkpoint first.
+        self._unfinished: str | None = None
         self._failed_in_a_row = 0  # iterations just before this one in which every episode failed
         self._eval_group: EnvRunnerGroup | None = None
         self._init_weight_sync()
@@ -173,8 +175,7 @@ class Algorithm(Recovery, tune.Trainable):
         recovers the learners from the newest periodic checkpoint (Recovery.step) or fails naming the iteration."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
         if self._unfinished is not None:
-            # Running it again would train the learners on its batch twice: recovered from a checkpoint instead.
-            raise LearnerFailed(f"{self._unfinished}; running it again would train them on its batch twice")
+            raise LearnerFailed(self._unfinished)
         train = self.cfg.training_cfg
         t_start = time.perf_counter()
         sampled = self._prefetched.pop(iteration, None)
@@ -195,7 +196,8 @@ class Algorithm(Recovery, tune.Trainable):
             prefetch = Prefetch(sample_ahead, f"sampling the batches of iterations {targets}")
         sync = None
         try:
-            self._unfinished = f"iteration {iteration + 1} failed once its learners had begun to train"
+            self._unfinished = (f"iteration {iteration + 1} failed once its learners had begun to train; running it "
+                                f"again would train them on its batch twice")
             learner_metrics, off_policy = self._learn(sampled.kept)
             t_learned = time.perf_counter()
             if prefetch is not None and train.partial_rollouts:
@@ -526,7 +528,12 @@ class Algorithm(Recovery, tune.Trainable):
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         for name, group in self.learner_groups().items():
-            group.save_checkpoint(str(Path(checkpoint_dir) / name))
+            try:
+                group.save_checkpoint(str(Path(checkpoint_dir) / name))
+            except checkpoints.CheckpointError:
+                # The group stopped with its state: the next iteration recovers it instead of training on nothing.
+                self._unfinished = f"the save after iteration {self.iteration} stopped the learners"
+                raise
         save_batches(self._prefetched.values(), checkpoint_dir)
         state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
         (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))

@@ -37,7 +37,9 @@ class Recovery:
     def train(self) -> dict[str, Any]:
         """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due. A learner that dies
         or stalls during that save is recovered as during a step (from the newest periodic checkpoint, the
-        iterations since run again), and the save is made again."""
+        iterations since run again), and the save is made again. A save that cannot be written (a full disk) raises
+        a CheckpointError naming the path and the room it needs, leaving nothing of itself behind; it stopped the
+        learners, so the next call starts them anew from the newest periodic checkpoint before it goes on."""
         result = super().train()
         faults = self.cfg.fault_tolerance_cfg
         if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
@@ -51,6 +53,12 @@ class Recovery:
                     self._recover_learners(failure)
                     # The dead save's other ranks may have written on after it gave up; they are gone now.
                     checkpoints.remove_own_staging(target)
+                except checkpoints.CheckpointError as error:
+                    checkpoints.remove_own_staging(target)
+                    if not self._periodic_bytes:
+                        raise
+                    raise checkpoints.CheckpointError(f"{error}; the last periodic checkpoint took "
+                                                      f"{self._periodic_bytes:,} bytes") from None
             self._periodic_bytes = checkpoints.size_bytes(path)
             saved = (path, *(p for p in self._periodic if p != path))
             for old in saved[faults.keep_checkpoints:]:

@@ -14,7 +14,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from memrl import rendezvous
+from memrl import checkpoints, rendezvous
 from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
 from memrl.learner.learner import Learner, check_train_rows, cpu_comm_op_dir
@@ -49,6 +49,19 @@ def _cpu_comm_op_built() -> bool:
     """Whether DeepSpeed's CPU communication op is already compiled; the first CPU learner on a machine builds it,
     silently, for about a minute."""
     return (cpu_comm_op_dir() / "deepspeed_shm_comm.so").is_file()
+
+
+def _raised(ref) -> bool:
+    """Whether the Ray call `ref` is done and raised an error."""
+    if not ray.wait([ref], timeout=0)[0]:
+        return False
+    try:
+        ray.get(ref, timeout=0)
+    except RayTaskError:
+        return True
+    except RayActorError:
+        return False
+    return False
 
 
 class LearnerFailed(RuntimeError):
@@ -250,8 +263,24 @@ class LearnerGroup:
         return self.wait(refs, "resend_kept_weights")[0] if wait else refs
 
     def save_checkpoint(self, path: str) -> None:
-        """DeepSpeed checkpoint (weights, optimizer, step) of every rank under `path` (a directory all ranks see)."""
-        self._call("save_checkpoint", path)
+        """DeepSpeed checkpoint (weights, optimizer, step) of every rank under `path` (a directory all ranks see).
+
+        A rank that cannot write its part (a full disk, say) raises while its peers wait for it in the save's
+        barrier, where they would stay until the process group's timeout. So the group is stopped at once and a
+        CheckpointError names the path, the rank's error and the room left; the learners' state is lost with them
+        (Recovery starts them anew from the newest periodic checkpoint)."""
+        refs = self._call("save_checkpoint", path, wait=False)
+        try:
+            self.wait(refs, "save_checkpoint")
+        except RayTaskError as error:
+            ranks = ", ".join(str(rank) for rank, ref in enumerate(refs) if _raised(ref))
+            cause = error.cause if error.cause is not None else error
+            self.shutdown()
+            folder, free = checkpoints.free_bytes(path)
+            raise checkpoints.CheckpointError(
+                f"learner {ranks} could not write its part of the checkpoint at {path} ({type(cause).__name__}: "
+                f"{cause}); {folder} has {free:,} bytes free. The learner group is stopped: its other ranks were "
+                f"left waiting for it in the save's barrier") from None
 
     def load_checkpoint(self, path: str) -> None:
         """Restore a save_checkpoint directory written by a group with the same number of learners."""

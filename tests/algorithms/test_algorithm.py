@@ -365,7 +365,8 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
     from memrl.checkpoints import CheckpointError
 
     algo = _config(tiny_checkpoint, "torch").fault_tolerance(
-        checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic"), learner_timeout_s=60).build()
+        checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=2,
+        learner_timeout_s=300).build()
     algo.train()  # the first save: its size is what the next one needs
     size = sum(p.stat().st_size for p in (tmp_path / "periodic" / "iteration_000001").rglob("*") if p.is_file())
     real = shutil.disk_usage
@@ -378,6 +379,30 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
     monkeypatch.setattr(shutil, "disk_usage", real)
     assert algo.train()["training_iteration"] == 3  # the learners are fine: the run goes on and saves again
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000001", "iteration_000003"]
+
+    # The disk fills up in the middle of the save after iteration 4: learner 0's model file goes to /dev/full, whose
+    # every write fails with ENOSPC, while learner 1 writes its part and waits for it in DeepSpeed's barrier.
+    def model_file_meets_a_full_disk(learner):
+        real = learner.engine.checkpoint_engine.save
+
+        def save(state_dict, path):
+            return real(state_dict, "/dev/full" if "model_states" in str(path) else path)
+
+        learner.engine.checkpoint_engine.save = save
+
+    ray.get(algo.learner_group.learners[0].__ray_call__.remote(model_file_meets_a_full_disk))
+    with pytest.raises(CheckpointError, match=r"(?s)learner 0 could not write its part of the checkpoint at "
+                                              r".*iteration_000004.*; .* has [\d,]+ bytes free\. The learner group "
+                                              r"is stopped.*; the last periodic checkpoint took [\d,]+ bytes"):
+        algo.train()
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000001", "iteration_000003"]
+    # No rank is left in the barrier (the next call would wait out learner_timeout_s behind it): the learners start
+    # anew from the checkpoint of 3, iteration 4 is run again, and the run goes on.
+    start = time.monotonic()
+    result = algo.train()
+    assert time.monotonic() - start < 150
+    assert result["training_iteration"] == 5 and result["counters"]["learner_restarts"] == 1
+    assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000005"]
     algo.stop()
 
 
