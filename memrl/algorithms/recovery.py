@@ -53,8 +53,7 @@ class Recovery:
                     self._recover_learners(failure)
                     # The dead save's other ranks may have written on after it gave up; they are gone now.
                     checkpoints.remove_own_staging(target)
-                except checkpoints.CheckpointError as error:
-                    checkpoints.remove_own_staging(target)
+                except checkpoints.CheckpointError as error:  # save_to_path removed what it had written
                     if not self._periodic_bytes:
                         raise
                     raise checkpoints.CheckpointError(f"{error}; the last periodic checkpoint took "

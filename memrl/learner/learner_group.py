@@ -59,8 +59,8 @@ def _raised(ref) -> bool:
         ray.get(ref, timeout=0)
     except RayTaskError:
         return True
-    except RayActorError:
-        return False
+    except RayActorError:  # died rather than raised
+        pass
     return False
 
 
