@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-.PHONY: setup train test
+.PHONY: setup train test test-quick
 setup: $(VENV)/.installed
 
 train: setup
@@ -18,6 +18,10 @@ train: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The inner loop: every test not marked slow (pyproject's `slow` marker).
+test-quick: setup
+	$(PY) -m pytest -m "not slow"
 
 # The GPU suite (tests/gpu) on a machine with a CUDA GPU, in an environment of its own: the CUDA builds of torch
 # and vLLM from the registry (the `gpu` extra).

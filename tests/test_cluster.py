@@ -50,6 +50,7 @@ def test_cpus_per_actor_count_in_the_resources_and_are_checked(tiny_checkpoint):
             bad.validate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verbose", [False, True])
 def test_actor_output_reaches_the_console_only_when_asked_for(tmp_path, verbose):
     import os

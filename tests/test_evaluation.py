@@ -35,6 +35,7 @@ def test_eval_summary_uses_wilson_for_accuracy_and_normal_interval_otherwise():
     assert s["num_calls_mean"] == 2.0 and s["peak_context_tokens_max"] == 6.0
 
 
+@pytest.mark.slow
 def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tiny_checkpoint):
     results = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0",
                                   [{"num_turns": 1, "reward": "similarity"}, {"num_turns": 3, "reward": "similarity"}],
@@ -59,6 +60,7 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
                             max_tokens=4)
 
 
+@pytest.mark.slow
 def test_evaluate_checkpoint_samples_each_task_k_times(ray_session, tiny_checkpoint):
     config = {"num_turns": 1, "reward": "similarity"}
     [(summary, trajs)] = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},

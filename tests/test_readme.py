@@ -117,3 +117,14 @@ def test_cluster_placement_block_prints_what_it_says():
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = re.search(r"print\(config.resources\(\)\[0\]\)  # (.*)", code).group(1)
     assert proc.stdout.strip() == expected
+
+
+def test_every_make_command_of_the_readme_is_a_target_of_the_makefile():
+    commands = {line.split()[1] for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+                for line in block.splitlines() if line.startswith("make ")}
+    assert {"train", "test", "test-quick", "gpu-test"} <= commands
+    makefile = (README.parent / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, flags=re.M))
+    assert commands <= targets, sorted(commands - targets)
+    # The quick subset is the suite without the tests marked slow, through the same venv.
+    assert re.search(r'^test-quick: setup\n\t\$\(PY\) -m pytest -m "not slow"$', makefile, flags=re.M)

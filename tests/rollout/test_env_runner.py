@@ -62,6 +62,7 @@ def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
     ray.kill(runner)
 
 
+@pytest.mark.slow
 def test_group_survives_a_runner_killed_mid_sample(engine, tiny_checkpoint):
     group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.5), [engine], num_runners=2)
     tasks = _tasks(8)
@@ -297,6 +298,7 @@ def _scripted_search_engine(tiny_checkpoint):
     return ray.remote(num_cpus=0)(_Searcher).remote(str(tiny_checkpoint), seed=0)
 
 
+@pytest.mark.slow
 def test_a_failed_search_ends_only_its_episode_and_a_slow_one_holds_up_only_its_own(ray_session, tiny_checkpoint,
                                                                                        flaky_server):
     # Requests 2 and 5 fail (no retry: http_retries=0); request 3 takes 2 s.
@@ -321,6 +323,7 @@ def test_a_failed_search_ends_only_its_episode_and_a_slow_one_holds_up_only_its_
     ray.kill(engine)
 
 
+@pytest.mark.slow
 def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episodes_not_the_round(
         ray_session, tiny_checkpoint, flaky_server):
     engine = _scripted_search_engine(tiny_checkpoint)
@@ -339,6 +342,7 @@ def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episode
     ray.kill(engine)
 
 
+@pytest.mark.slow
 def test_a_retrieval_actor_killed_during_a_round_costs_nothing(ray_session, tiny_checkpoint):
     import threading
 
@@ -396,6 +400,7 @@ def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkp
     group.shutdown()
 
 
+@pytest.mark.slow
 def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_checkpoint):
     engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
     ray.get(engine.max_model_len.remote(), timeout=120)  # up before the 3 s deadline applies
@@ -417,6 +422,7 @@ def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_
     ray.kill(engine)
 
 
+@pytest.mark.slow
 def test_a_stalled_runner_is_replaced_and_its_tasks_resubmitted(engine, tiny_checkpoint):
     group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.2), [engine], num_runners=2, sample_timeout_s=4.0)
     reference, _ = group.sample(_tasks(8), seed=3)
@@ -427,6 +433,7 @@ def test_a_stalled_runner_is_replaced_and_its_tasks_resubmitted(engine, tiny_che
     group.shutdown()
 
 
+@pytest.mark.slow
 def test_runner_failures_beyond_the_budget_stop_the_run(engine, tiny_checkpoint):
     group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=1, max_failures=1)
     for expected in (None, "2 env runner failures within 3600 s, more than fault_tolerance.max_actor_failures=1"):
