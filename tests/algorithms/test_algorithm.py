@@ -202,9 +202,10 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
 
 
 def _slow_steps(checkpoint) -> DAPOConfig:
-    """Echo steps of 0.3 s: a fault injected half a second into an iteration lands while episodes are running."""
+    """Echo steps of 0.15 s: a runner steps its envs one after another, so sampling an iteration's 12 episodes of 2
+    steps takes about 2 s, and a fault injected half a second into an iteration lands while episodes are running."""
     return _config(checkpoint, "torch").environment(
-        env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
+        env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.15})
 
 
 @pytest.fixture(scope="module")

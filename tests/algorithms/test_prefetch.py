@@ -114,8 +114,9 @@ def _staleness(result: dict) -> list[int]:
 
 
 def test_two_batches_ahead_with_partial_rollouts_mix_versions_within_the_bound(ray_session, tiny_checkpoint):
-    # Slow env steps: sampling a batch outlasts a learner step, so broadcasts land while episodes are in flight.
-    env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.5}
+    # Slow env steps: sampling a batch (about 4 s) outlasts a learner step (under 1 s), so broadcasts land while
+    # episodes are in flight.
+    env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.2}
     algo = _config(tiny_checkpoint, max_staleness=2, env_config=env_config).training(partial_rollouts=True).build()
     results = [algo.train() for _ in range(4)]
     algo.stop()
