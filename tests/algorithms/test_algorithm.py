@@ -46,8 +46,7 @@ def _figures(result: dict) -> dict[str, float]:
 def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_path, killed_commit):
     # Three iterations on vLLM, with a checkpoint after the second. (The torch engine's weight sync is held to the
     # sender's model in tests/engines/test_torch_engine.py; every fault test below resumes runs served by it.)
-    engine = "vllm"
-    algo = _config(tiny_checkpoint, engine).build()
+    algo = _config(tiny_checkpoint, "vllm").build()
     algo.evaluate()  # held-out generation before training counts into no iteration's timers, nor changes its figures
     straight = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")
@@ -87,7 +86,7 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
 
     # A new algorithm restores the checkpoint and does the third iteration exactly as the uninterrupted run did
     # (saving it changed nothing either).
-    algo = _config(tiny_checkpoint, engine).build()
+    algo = _config(tiny_checkpoint, "vllm").build()
     algo.restore_from_path(path)
     resumed = algo.train()
     assert resumed["training_iteration"] == 3
