@@ -15,6 +15,10 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def _bash_blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+
+
 def _block(starting: str) -> str:
     found = [b for b in _python_blocks() if b.startswith(starting)]
     assert len(found) == 1, f"README has {len(found)} python blocks starting with {starting!r}"
@@ -90,7 +94,7 @@ def test_sft_block_trains_until_done_and_saves_the_model(tmp_path):
 
 @pytest.mark.slow
 def test_sft_command_writes_the_model_and_its_summary(tmp_path):
-    (command,) = [line for line in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    (command,) = [line for line in _bash_blocks()
                   if line.startswith("python -m memrl.sft")]
     args = command.split()[3:]
     args[args.index("--steps") + 1] = "2"
@@ -120,7 +124,7 @@ def test_cluster_placement_block_prints_what_it_says():
 
 
 def test_every_make_command_of_the_readme_is_a_target_of_the_makefile():
-    commands = {line.split()[1] for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    commands = {line.split()[1] for block in _bash_blocks()
                 for line in block.splitlines() if line.startswith("make ")}
     assert {"train", "test", "test-quick", "gpu-test"} <= commands
     makefile = (README.parent / "Makefile").read_text()
