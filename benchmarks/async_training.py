@@ -19,10 +19,10 @@ from typing import Any
 
 import psutil
 
-from benchmarks.common import elapsed_log, machine, parser, write
+from memrl_benchmarks.common import elapsed_log, machine, parser, write
 from memrl.cluster import ensure_ray
 from memrl.stats import eval_summary, paired_interval
-from tuned_examples import memagent_dapo
+from memrl_tuned_examples import memagent_dapo
 
 MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""

@@ -29,9 +29,9 @@ from typing import Any
 
 import psutil
 
-from benchmarks.common import elapsed_log, machine, parser, write
-from envs.chunk_stream import ChunkStreamEnv, TokenCounter
-from envs.loaders import _load_tasks
+from memrl_benchmarks.common import elapsed_log, machine, parser, write
+from memrl_envs.chunk_stream import ChunkStreamEnv, TokenCounter
+from memrl_envs.loaders import _load_tasks
 
 WORDS = ("the", "river", "Document", "Zürich", "1901", "founded", "by", "Kema", "–", "naïve", "of", "東京", "and")
 """The vocabulary of the generated text (ASCII, accented, CJK, digits and a dash)."""

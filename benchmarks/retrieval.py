@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import ray
 
-from benchmarks.common import elapsed_log, machine, parser, write
-from envs.encyclopedia import EncyclopediaConfig, make_questions, make_world
-from envs.retrieval import BM25Retriever, Retriever, start_retrieval_server
+from memrl_benchmarks.common import elapsed_log, machine, parser, write
+from memrl_envs.encyclopedia import EncyclopediaConfig, make_questions, make_world
+from memrl_envs.retrieval import BM25Retriever, Retriever, start_retrieval_server
 from memrl.cluster import ensure_ray
 
 MODES = ("single", "batched")

@@ -29,7 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.common import elapsed_log, machine, parser, write  # noqa: E402
+from memrl_benchmarks.common import elapsed_log, machine, parser, write  # noqa: E402
 from memrl.rendezvous import LOOPBACK  # noqa: E402
 
 
@@ -465,7 +465,7 @@ def bench_object_store(settings: Settings) -> dict[str, float]:
 def bench_iterations(model_path: str, settings: Settings) -> dict[str, Any]:
     """Echo DAPO iterations; model compute = engine generation (the engines' own busy time) + the learner step,
     and everything else (env steps, serialisation, scheduling, weight sync) is runtime overhead."""
-    from tuned_examples import echo_dapo
+    from memrl_tuned_examples import echo_dapo
 
     config = (echo_dapo.config(model_path)
               .env_runners(num_envs_per_env_runner=settings.envs_per_runner)

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from benchmarks.common import process_start
+from memrl_benchmarks.common import process_start
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import elapsed_log, machine, parser, process_start, write
+from memrl_benchmarks.common import elapsed_log, machine, parser, process_start, write
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM_PROMPTS, GROUP_SIZE, MAX_TOKENS, LR, SEED = 8, 8, 32, 1e-5, 0
@@ -262,7 +262,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from envs.echo import WORDS
+    from memrl_envs.echo import WORDS
     from memrl.models import tiny
 
     model = tiny.default_model(ROOT / "runs" / "tiny-model")

@@ -2,10 +2,10 @@
 
 import gymnasium
 
-gymnasium.register(id="memrl/Echo-v0", entry_point="envs.echo:EchoEnv")
-gymnasium.register(id="memrl/ChunkStream-v0", entry_point="envs.chunk_stream:ChunkStreamEnv")
-gymnasium.register(id="memrl/Search-v0", entry_point="envs.search:SearchEnv")
-gymnasium.register(id="memrl/MemoryStore-v0", entry_point="envs.memory_env:MemoryStoreEnv")
-gymnasium.register(id="memrl/WebShop-v0", entry_point="envs.webshop:WebShopEnv")
-gymnasium.register(id="memrl/Copy-v0", entry_point="envs.copying:CopyEnv")
+gymnasium.register(id="memrl/Echo-v0", entry_point="memrl_envs.echo:EchoEnv")
+gymnasium.register(id="memrl/ChunkStream-v0", entry_point="memrl_envs.chunk_stream:ChunkStreamEnv")
+gymnasium.register(id="memrl/Search-v0", entry_point="memrl_envs.search:SearchEnv")
+gymnasium.register(id="memrl/MemoryStore-v0", entry_point="memrl_envs.memory_env:MemoryStoreEnv")
+gymnasium.register(id="memrl/WebShop-v0", entry_point="memrl_envs.webshop:WebShopEnv")
+gymnasium.register(id="memrl/Copy-v0", entry_point="memrl_envs.copying:CopyEnv")
 

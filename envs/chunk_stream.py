@@ -12,11 +12,12 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 
-from envs import multihop, niah
-from envs.loaders import QATask, load_tasks
-from envs.qa_metrics import em, extract_boxed, f1, is_equiv, sub_em
-from envs.text_space import clean, text_space
-from envs.tokenizer import load_tokenizer
+from memrl_envs import multihop, niah
+from memrl_envs.loaders import QATask, load_tasks
+from memrl_envs.qa_metrics import em, f1, is_equiv, sub_em
+from memrl_envs.text_space import clean, text_space
+from memrl.text import extract_boxed
+from memrl.tokenizer import load_tokenizer
 from memrl.preflight import typed_config
 
 TASKS = ("multihop", "niah", "file")
@@ -249,7 +250,7 @@ class ChunkStreamEnv(gym.Env):
     action is the answer. stream=False: reset shows the whole context already in the answer phase.
     The answer's reward (1.0 or 0.0) is reward="is_equiv", MemAgent's (paper eq. 3 and the authors' code): the last
     box of the answer's last 300 characters equals a gold answer, both lowercased with spaces removed
-    (envs.qa_metrics.is_equiv); or reward="em": its last \\boxed{...} equals one after SQuAD normalisation
+    (memrl_envs.qa_metrics.is_equiv); or reward="em": its last \\boxed{...} equals one after SQuAD normalisation
     (articles and punctuation dropped), the reward the shipped MemAgent results were measured with.
 
     info on every reset/step: question, phase ("memory" | "answer"), chunk_index, num_chunks. In stream mode

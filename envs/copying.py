@@ -16,7 +16,7 @@ import string
 
 import gymnasium as gym
 
-from envs.text_space import clean, text_space
+from memrl_envs.text_space import clean, text_space
 
 ALPHABET = string.ascii_lowercase + string.digits
 WORDS = ("white", "black", "large", "small", "pack", "inch", "cotton", "wireless", "organic", "leather", "blue",

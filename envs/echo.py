@@ -7,7 +7,7 @@ import time
 
 import gymnasium as gym
 
-from envs.text_space import clean, text_space
+from memrl_envs.text_space import clean, text_space
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "rocket", "forest")
 

@@ -9,8 +9,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from envs.multihop import CITIES, CITY_SUFFIXES, COMPANIES, COMPANY_SUFFIXES, PEOPLE, SURNAMES
-from envs.retrieval import Passage
+from memrl_envs.multihop import CITIES, CITY_SUFFIXES, COMPANIES, COMPANY_SUFFIXES, PEOPLE, SURNAMES
+from memrl_envs.retrieval import Passage
 
 REGIONS = (
     "Amberlund", "Brightmoor", "Coldmarsh", "Dunhollow", "Eastreach", "Fairholt", "Greywater", "Highcombe",
@@ -18,7 +18,7 @@ REGIONS = (
 )
 """Region names (one word each); every city lies in one region."""
 NAME_LENGTHS = ("short", "long")
-"""'short': one-word names from envs.multihop's pools. 'long': two-word names (a pool name and a second word)."""
+"""'short': one-word names from memrl_envs.multihop's pools. 'long': two-word names (a pool name and a second word)."""
 BIRTH_YEARS = (1900, 1999)
 """Range of people's birth years (inclusive)."""
 COMPANY_YEARS = (1850, 2015)

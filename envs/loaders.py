@@ -12,7 +12,7 @@ Row shapes read (JSON list, JSONL or parquet, one shape per row, recognised by i
   {"target": [answers of question 1, answers of question 2, ...]} with the N questions joined by "; " on the
   prompt's last line, after its instructions.
 - MemAgent's hotpotqa_*_process rows: {"question", "solution": [...], "context"}.
-Text stays Unicode: only control characters other than newline and tab are dropped (envs.text_space.printable).
+Text stays Unicode: only control characters other than newline and tab are dropped (memrl_envs.text_space.printable).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.text_space import printable
+from memrl_envs.text_space import printable
 
 QUESTION_KEYS = ("question", "query", "input")
 """Row keys read as the question, first match wins ("input" is the question in MemAgent's evaluation files)."""

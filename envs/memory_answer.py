@@ -14,7 +14,7 @@ list while their prompt exceeds 30,000 tokens). Backends, all behind `Answerer.a
 - `ActorAnswerer`: a named Ray actor with an `answer` method (memrl.engines.chat.ChatServer serves any memrl
   inference engine that way).
 
-The content judge defaults to rules (envs.memory_rewards.content_valid); `LLMJudge` asks an answerer instead, with
+The content judge defaults to rules (memrl_envs.memory_rewards.content_valid); `LLMJudge` asks an answerer instead, with
 a prompt per memory type, and reads its {"VALID": true/false} verdict. `LMEJudge` scores LongMemEval answers, whose
 gold is a rubric: an answerer is asked the LongMemEval judge's yes/no question, as the Mem-α authors score them.
 """
@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from envs.http_json import JSONClient, preview
-from envs.memory_rewards import judge_verdict, metric_for
-from envs.memory_store import MemoryStore, bm25_rank
+from memrl_envs.http_json import JSONClient, preview
+from memrl_envs.memory_rewards import judge_verdict, metric_for
+from memrl_envs.memory_store import MemoryStore, bm25_rank
 
 ANSWER_SYSTEM = (
     "You answer questions using only the memory below.\n\n"
@@ -43,7 +43,7 @@ INSTRUCTIONS = {
     "keywords": ("\nThe core memory keeps a summary of what was read. Name the people, places and things that "
                  "matter."),
 }
-"""Extra instruction by answer metric (envs.memory_rewards.METRICS); other metrics need none."""
+"""Extra instruction by answer metric (memrl_envs.memory_rewards.METRICS); other metrics need none."""
 JUDGE_PROMPTS = {
     "core": ("You check a memory system's core memory. It is not valid when it names itself (\"this is the core "
              "memory\", \"the core memory was updated\") or is a placeholder that announces content without "
@@ -211,7 +211,7 @@ class LLMJudge:
 
 class LMEJudge:
     """The LongMemEval answer judge behind an Answerer: `judge(question, rubric, response)` is 1.0 when the reply to
-    LME_JUDGE_PROMPT holds "yes" and nowhere "no" (envs.memory_rewards.judge_verdict), else 0.0. A thinking block is
+    LME_JUDGE_PROMPT holds "yes" and nowhere "no" (memory_rewards.judge_verdict), else 0.0. A thinking block is
 left out of the verdict (the authors ask with thinking turned off)."""
 
     def __init__(self, answerer: Answerer):

@@ -1,9 +1,9 @@
 """memrl/MemoryStore-v0: Mem-α's memory-tool store fed by a stream of chunks, then questions answered from it.
 
-reset -> the first chunk. Each step takes one reply: in memory="tools" mode its tool calls (envs.memory_store) run
+reset -> the first chunk. Each step takes one reply: in memory="tools" mode its tool calls (memrl_envs.memory_store) run
 against the episode's store; in memory="text" mode the whole reply becomes the one-paragraph memory (the flat memory
 of the MemAgent and MEM1-style baselines). The step returns the next chunk. After the last chunk's step a frozen
-answerer answers every question from the final memory (envs.memory_answer) and the episode ends. In memory="context"
+answerer answers every question from the final memory (memory_answer) and the episode ends. In memory="context"
 mode nothing is written (the long-context and RAG baselines): each question is answered from the task's chunks
 themselves (the latest that fit in context_tokens, or the BM25 top context_top_k), so the episode starts at the
 questions; the policy answers them (answerer="policy"), or with answerer=None a caller hands env.answer_chat(i) to a
@@ -12,7 +12,7 @@ frozen answerer itself. With expert_writes the scripted expert writes every chun
 (the answerer's SFT data, and its accuracy from a good memory). reset(options=...) changes any option but
 FIXED_OPTIONS for one episode (SFT's task_options mix memory modes and categories that way).
 
-Rewards (envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
+Rewards (memrl_envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
 reward r_acc + beta * r_compress + r_tool + gamma * r_content, which the episode loop puts on the conversations.
 Without an answerer (answerer=None) nothing is answered: the episode ends after the last chunk with r_acc left out.
@@ -23,7 +23,8 @@ the trajectory's r_acc + beta * r_compress.
 info on reset and every step: phase ("memory" while chunks remain, "answer" while the policy answers, "done" at the
 end), question (what the user asks the agent to memorise for, the task's prompt or PROMPT; in the answer phase the
 question being asked), memory_mode (the episode's memory option), chunk (index of the chunk the observation is),
-num_chunks, memory (the store as data: core, semantic, episodic). Each step adds calls
+num_chunks, memory (the store as data: core, semantic, episodic); on reset also tools (the OpenAI function schemas
+of the enabled memory types' tools, memory_store.tool_schemas). Each step adds calls
 (one {"name", "ok", "success", "message"} per call found in the reply: ok, it executed; success, it counts in r_tool
 under the reward variant), r_tool and r_content. The final step adds answers (the
 answerer's reply per question), golds, row_rewards and metrics: r_acc, r_compress, memory_tokens, chunk_tokens,
@@ -41,7 +42,7 @@ from typing import ClassVar
 
 import gymnasium as gym
 
-from envs.memory_answer import (
+from memrl_envs.memory_answer import (
     ActorAnswerer,
     HTTPAnswerer,
     LLMJudge,
@@ -51,8 +52,8 @@ from envs.memory_answer import (
     context_memory,
     memory_for,
 )
-from envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
-from envs.memory_rewards import (
+from memrl_envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
+from memrl_envs.memory_rewards import (
     compression_reward,
     content_reward,
     content_valid,
@@ -62,9 +63,9 @@ from envs.memory_rewards import (
     score_answer,
     tool_reward,
 )
-from envs.memory_store import MEMORY_TYPES, VARIANTS, MemoryStore, execute, parse_tool_calls
-from envs.memory_tasks import MemoryTask, load_memory_tasks
-from envs.text_space import printable, text_space
+from memrl_envs.memory_store import MEMORY_TYPES, VARIANTS, MemoryStore, execute, parse_tool_calls, tool_schemas
+from memrl_envs.memory_tasks import MemoryTask, load_memory_tasks
+from memrl_envs.text_space import printable, text_space
 from memrl.preflight import named_actor_missing, typed_config, unreachable
 
 PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
@@ -73,7 +74,7 @@ MEMORY_MODES = ("tools", "text", "context")
 """'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph; 'context': no
 memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
-"""Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (envs.memory_answer)."""
+"""Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (memory_answer)."""
 FIXED_OPTIONS = ("data", "data_path", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
                  "answerer_timeout_s", "answerer_retries", "judge", "answer_judge")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
@@ -84,7 +85,7 @@ class MemoryStoreConfig:
     """Knobs of the memory-store env (the generator's own knobs are MemoryGeneratorConfig's)."""
 
     data: str = "synthetic"
-    """'synthetic' (envs.memory_generators) or 'file' (data_path: the Mem-α authors' rows or MemoryAgentBench's)."""
+    """'synthetic' (memory_generators) or 'file' (data_path: the Mem-α authors' rows or MemoryAgentBench's)."""
     data_path: str | None = None
     """Task file for data='file' (.parquet, .jsonl, .json); reset seed i takes row i modulo the file's rows."""
     chunk_tokens: int = 2048
@@ -126,15 +127,15 @@ class MemoryStoreConfig:
     frozen answerer. A file holding such rows needs one of them. It is asked with the answerer's model name,
     deadline and retries (answerer_model, answerer_timeout_s, answerer_retries)."""
     reward_variant: str = "paper"
-    """One of envs.memory_store.VARIANTS: "paper", or "authors_code", the Mem-α authors' code where the paper is
-    silent or departs from it (what executes and counts in r_tool: envs.memory_store's table; answer scoring:
-    envs.memory_rewards's)."""
+    """One of memrl_envs.memory_store.VARIANTS: "paper", or "authors_code", the Mem-α authors' code where the paper is
+    silent or departs from it (what executes and counts in r_tool: memrl_envs.memory_store's table; answer scoring:
+    memrl_envs.memory_rewards's)."""
     expert_writes: bool = False
     """The scripted expert writes every chunk before the episode starts, which begins at the questions (synthetic
     data, memory 'tools' or 'text', answerer 'policy' or None): answers over a memory written as it should be."""
     expert_recall: float = 1.0
     """Share of a synthetic task's facts the scripted expert (expert_action, expert_writes) keeps in full; below 1 it
-    files small talk instead of some facts and only the place of some story events (envs.memory_generators.
+    files small talk instead of some facts and only the place of some story events (memrl_envs.memory_generators.
     expert_calls), the same choices for the same task and chunk. An imperfect teacher leaves its SFT student a
     choice RL can improve: what to keep."""
     max_chunks: int | None = None
@@ -211,7 +212,7 @@ class MemoryStoreEnv(gym.Env):
         config = self.config
         if config.data == "file":
             self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
-        from envs.chunk_stream import TokenCounter
+        from memrl_envs.chunk_stream import TokenCounter
 
         self._counter = TokenCounter(config.tokenizer_path)
         self.answerer = self._make_answerer(config.answerer)
@@ -299,13 +300,17 @@ class MemoryStoreEnv(gym.Env):
         self._done = False
         if self.config.memory == "context":  # nothing to write: straight to the questions
             self._chunk = len(chunks)
-            return self._question(), self._info("answer")
+            return self._question(), self._reset_info("answer")
         if self.config.expert_writes:  # the expert's memory, not the policy's: no rows of its own
             while self._chunk < len(chunks):
                 self._write(self.expert_action())
                 self._chunk += 1
-            return self._question(), self._info("answer")
-        return chunks[0], self._info("memory")
+            return self._question(), self._reset_info("answer")
+        return chunks[0], self._reset_info("memory")
+
+    def _reset_info(self, phase: str) -> dict:
+        """The first info, which also names the episode's tools (what a workflow shows the policy)."""
+        return {**self._info(phase), "tools": tool_schemas(tuple(self.config.enabled))}
 
     def step(self, action: str):
         if self.task is None or self._done:
@@ -417,7 +422,7 @@ class MemoryStoreEnv(gym.Env):
 
     def expert_action(self) -> str:
         """What a scripted Mem-α agent writes for the current chunk of a synthetic task, as Qwen-Agent tool calls
-        (envs.memory_generators.expert_calls); in memory="text" mode, the new paragraph instead."""
+        (memrl_envs.memory_generators.expert_calls); in memory="text" mode, the new paragraph instead."""
         if self.task is None or self._done:
             raise RuntimeError("MemoryStoreEnv.expert_action needs a running episode; call reset() first")
         if self._chunk >= len(self._chunks):  # answering: the first gold answer, as its metric wants it

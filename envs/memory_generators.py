@@ -18,8 +18,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from envs.memory_tasks import MemoryQuestion, MemoryTask
-from envs.multihop import CITIES, COMPANIES, PEOPLE
+from memrl_envs.memory_tasks import MemoryQuestion, MemoryTask
+from memrl_envs.multihop import CITIES, COMPANIES, PEOPLE
 
 CATEGORIES = ("accurate_retrieval", "test_time_learning", "long_range_understanding")
 """Task categories (the data_source of the tasks they make)."""

@@ -7,7 +7,7 @@ r_acc (mean score over the instance's questions) and r_compress = 1 - memory_tok
 from the final memory and shared by every row of the trajectory; r_tool and r_content belong to each row:
 
 - r_tool: the share of the reply's parsed calls that executed (`CallResult.success`; what executes, and what
-  authors_code counts, is envs.memory_store's table: a skipped duplicate insert counts as executed under the paper,
+  authors_code counts, is memory_store's table: a skipped duplicate insert counts as executed under the paper,
   as failed under authors_code);
 - r_content: the share of the reply's parsed calls whose write is valid for its memory type. Every insert and
   update with a known memory type and non-blank content is judged, whether it executed or not (the paper averages
@@ -28,7 +28,7 @@ source (the authors' training reward, and their evaluation script for the Memory
 |                                    |            | split at ", "), case-insensitive                              |
 | pubmed-rct, *ttl_train*, *icl*,    | label      | \\boxed{} (or the whole answer) is digits only and equals the |
 | test_time_learning*                |            | gold                                                          |
-| lme_train, longmemeval_s*          | judge      | an LLM judge (envs.memory_answer.LMEJudge) says yes, never no |
+| lme_train, longmemeval_s*          | judge      | an LLM judge (memory_answer.LMEJudge) says yes, never no      |
 | perltqa                            | ratio      | gold with ";": share of its parts found; else the gold found  |
 | squad, hotpotqa                    | substring  | the gold within the answer, case-insensitive                  |
 | *eventqa*                          | all        | 1 when every gold element is within the answer                |
@@ -51,7 +51,7 @@ import re
 import string
 from collections.abc import Callable, Sequence
 
-from envs.memory_store import VARIANTS, CallResult
+from memrl_envs.memory_store import VARIANTS, CallResult
 
 METRICS = ("substring", "label", "keywords", "ratio", "judge", "all", "boxed", "normalized")
 """How an answer is scored (see the module docstring's table)."""
@@ -191,7 +191,7 @@ def _share(lowered: str, parts: Sequence[str]) -> float:
 
 def tool_reward(results: Sequence[CallResult]) -> float:
     """r_tool of one reply: the share of its calls that count as executed (`CallResult.success`, set by
-    envs.memory_store.execute for its variant); 0 for a reply without calls."""
+    memrl_envs.memory_store.execute for its variant); 0 for a reply without calls."""
     return sum(r.success for r in results) / len(results) if results else 0.0
 
 

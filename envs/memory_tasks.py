@@ -19,8 +19,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.loaders import read_rows
-from envs.text_space import printable
+from memrl_envs.loaders import read_rows
+from memrl_envs.text_space import printable
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def task_from_memalpha_row(row, where: str) -> MemoryTask:
 def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: str | None = None) -> MemoryTask:
     """A task from a MemoryAgentBench row: its context cut into chunks of at most `chunk_tokens` tokens (whitespace
     words without a tokenizer)."""
-    from envs.chunk_stream import TokenCounter, chunk_documents
+    from memrl_envs.chunk_stream import TokenCounter, chunk_documents
 
     if not isinstance(row, dict):
         raise TypeError(f"{where}: a row must be an object, got {type(row).__name__}")

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from envs.loaders import QATask
+from memrl_envs.loaders import QATask
 
 PEOPLE = (
     "Kema", "Dulia", "Pasis", "Bamel", "Delel", "Bulis", "Rulel", "Belen", "Horo", "Pisen", "Dusis", "Kaso",

@@ -6,7 +6,7 @@ import random
 import uuid
 from dataclasses import dataclass
 
-from envs.loaders import QATask
+from memrl_envs.loaders import QATask
 
 REPEAT_HAYSTACK = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 """RULER's level-1 haystack unit, repeated."""

@@ -1,6 +1,7 @@
-"""QA answer metrics: SQuAD normalisation, \\boxed{} extraction, EM, token F1 (with the HotpotQA yes/no rule),
-MemAgent's sub_em in the paper's definition and the authors' evaluation code's, and MemAgent's training reward
-is_equiv (tests/envs/test_qa_metrics_fidelity.py restates the authors' code and compares)."""
+"""QA answer metrics: SQuAD normalisation, EM, token F1 (with the HotpotQA yes/no rule), MemAgent's sub_em in
+the paper's definition and the authors' evaluation code's, and MemAgent's training reward is_equiv, which reads the
+reply's \\boxed{} answer with memrl.text.extract_boxed (tests/envs/test_qa_metrics_fidelity.py restates the authors'
+code and compares)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import re
 import string
 from collections import Counter
 
+from memrl.text import extract_boxed
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
-_BOXED = "\\boxed{"
-_BOXED_WORD = "\\boxed"
 _CLOSED_CLASS = ("yes", "no", "noanswer")
 """Normalised answers that share no partial credit: HotpotQA's and FlashRAG's F1 is 0 when either side is one of
 these and the two differ."""
@@ -23,30 +24,6 @@ def normalize_answer(text: str) -> str:
     """SQuAD normalisation: lowercase, drop punctuation, drop the articles a/an/the, collapse whitespace."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def extract_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} in `text` (nested braces kept balanced); None if there is none.
-
-    As MemAgent's code reads it: only the last "\\boxed" counts, so an unclosed last box is no answer (the box
-    before it is not read); "\\boxed x" (a space, no braces) gives the text after the last "\\boxed " up to a "$".
-    One pass over the text from the last "\\boxed": linear, however many unclosed boxes a hostile reply holds.
-    """
-    if "\\boxed " in text:
-        return text.split("\\boxed ")[-1].split("$")[0]
-    start = text.rfind(_BOXED_WORD)
-    if start == -1 or not text.startswith(_BOXED, start):
-        return None
-    depth, i = 1, start + len(_BOXED)
-    while i < len(text):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + len(_BOXED) : i]
-        i += 1
-    return None
 
 
 _MATH_STRIP = (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""),

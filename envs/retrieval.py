@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from envs.http_json import JSONClient, preview
-from envs.loaders import read_rows
-from envs.text_space import printable
+from memrl_envs.http_json import JSONClient, preview
+from memrl_envs.loaders import read_rows
+from memrl_envs.text_space import printable
 
 HTTP_APIS = ("search_r1", "flashrag")
 """Request shapes HTTPRetriever speaks; see HTTPRetriever."""
@@ -160,7 +160,7 @@ class ActorRetriever:
         except ValueError as e:
             raise ValueError(
                 f"no Ray actor named {name!r} is running; start one with "
-                f"envs.retrieval.start_retrieval_server(passages, name={name!r})"
+                f"memrl_envs.retrieval.start_retrieval_server(passages, name={name!r})"
             ) from e
 
     def search(self, queries: list[str], top_k: int) -> list[list[dict]]:

@@ -18,11 +18,11 @@ from typing import ClassVar
 
 import gymnasium as gym
 
-from envs import encyclopedia
-from envs.encyclopedia import EncyclopediaConfig, SearchQuestion
-from envs.loaders import questions_and_answers, read_rows
-from envs.qa_metrics import em, f1
-from envs.retrieval import (
+from memrl_envs import encyclopedia
+from memrl_envs.encyclopedia import EncyclopediaConfig, SearchQuestion
+from memrl_envs.loaders import questions_and_answers, read_rows
+from memrl_envs.qa_metrics import em, f1
+from memrl_envs.retrieval import (
     HTTP_APIS,
     ActorRetriever,
     BM25Retriever,
@@ -31,23 +31,14 @@ from envs.retrieval import (
     format_information,
     load_corpus,
 )
-from envs.text_space import clean, text_space
+from memrl_envs.text_space import clean, text_space
+from memrl.text import INVALID, find_action
 from memrl.preflight import named_actor_missing, typed_config, unreachable
 
 DATA = ("synthetic", "file")
 """Question sources: the fictional encyclopedia generator, or rows of a local QA file."""
-ACTION_TAGS = ("search", "answer")
-"""The action tags: `<search>query</search>` and `<answer>a1; a2; ...</answer>`."""
 REWARDS = ("em_sum", "f1", "answer_format", "em_sum_authors_code")
 """Reward kinds; see SearchConfig.reward."""
-INVALID = {
-    "none": "it holds neither <search> nor <answer>",
-    "both": "it holds both <search> and <answer>",
-    "unbalanced": "its <{tag}> and </{tag}> tags do not form exactly one block",
-    "empty": "the search query is empty",
-    "long": "the search query has {chars} characters, more than the {limit} allowed",
-}
-"""Why an action was not understood, as the invalid-action observation says it."""
 RESET_OPTIONS = ("num_objectives", "max_turns")
 """Per-episode reset options: smaller tasks than the config's (e.g. a warm-start mixing question counts)."""
 
@@ -78,18 +69,18 @@ class SearchConfig:
     """QA file (.jsonl/.json/.parquet) for data='file'; see load_questions. Single-question rows are drawn
     num_objectives at a time; MEM1's multi-objective rows are fixed tasks, and num_objectives must equal their count."""
     corpus_path: str | None = None
-    """Wiki-style corpus file for retriever='bm25' with data='file'; see envs.retrieval.load_corpus."""
+    """Wiki-style corpus file for retriever='bm25' with data='file'; see memrl_envs.retrieval.load_corpus."""
     retriever: str = "bm25"
     """'bm25': an in-process BM25 index over the generator's passages (or corpus_path), built once per process.
     An http(s):// URL: a retrieval server spoken to in the http_api shape."""
     http_api: str = "search_r1"
-    """Request shape of an HTTP retriever; one of envs.retrieval.HTTP_APIS."""
+    """Request shape of an HTTP retriever; one of memrl_envs.retrieval.HTTP_APIS."""
     http_timeout_s: float = 30.0
     """Deadline of one search at an HTTP retriever, the whole answer and any retries included."""
     http_retries: int = 2
     """Times an HTTP search is asked again when the server cannot be reached, breaks off or answers 5xx."""
     retrieval_actor: str | None = None
-    """Name of a running envs.retrieval.RetrievalServer Ray actor to search through; overrides `retriever`."""
+    """Name of a running memrl_envs.retrieval.RetrievalServer Ray actor to search through; overrides `retriever`."""
     actor_timeout_s: float = 60.0
     """Deadline of one search through retrieval_actor, a restart of the actor included."""
     max_query_chars: int = 256
@@ -145,7 +136,7 @@ class SearchConfig:
 
 @functools.lru_cache(maxsize=4)
 def load_questions(path: str | Path) -> tuple[tuple[SearchQuestion, ...], ...]:
-    """The questions of each row of a QA file (cached per process), in any shape envs.loaders reads: Search-R1 /
+    """The questions of each row of a QA file (cached per process), in any shape memrl_envs.loaders reads: Search-R1 /
     FlashRAG rows ({"question", "golden_answers"}), HotpotQA ({"question", "answer"}), NQ-style ({"question",
     "answers"}), verl training rows, and MEM1's multi-objective rows (N questions each), in .jsonl, .json or .parquet.
 
@@ -189,36 +180,6 @@ def _check_file_tasks(rows: tuple[tuple[SearchQuestion, ...], ...], config: Sear
 def turns_hint(turns_left: int) -> str:
     """MEM1's hint, e.g. "You have 3 turns left."."""
     return f"You have {turns_left} turn{'' if turns_left == 1 else 's'} left."
-
-
-def read_block(text: str, tag: str) -> tuple[int, int] | None:
-    """Character range of the content of the one `<tag>...</tag>` block in `text`; None unless there is exactly one
-    opening and one closing tag, in that order."""
-    opening, closing = f"<{tag}>", f"</{tag}>"
-    if text.count(opening) != 1 or text.count(closing) != 1:
-        return None
-    start, end = text.find(opening) + len(opening), text.find(closing)
-    return (start, end) if start <= end else None
-
-
-def find_action(text: str) -> tuple[str, str]:
-    """("search", query), ("answer", answer text) or ("invalid", reason): the text's one action block, unchecked.
-
-    An action is understood when it holds exactly one well-formed `<search>...</search>` or `<answer>...</answer>`
-    block and not the other tag; text around the block (`<think>`, `<mem>`, ...) is ignored. The content is
-    stripped. Workflows use this to find the action in a reply; the env also checks the query (parse_action).
-    """
-    present = [tag for tag in ACTION_TAGS if f"<{tag}>" in text or f"</{tag}>" in text]
-    if not present:
-        return "invalid", INVALID["none"]
-    blocks = {tag: read_block(text, tag) for tag in present}
-    for tag, where in blocks.items():
-        if where is None:
-            return "invalid", INVALID["unbalanced"].format(tag=tag)
-    if len(blocks) == 2:
-        return "invalid", INVALID["both"]
-    (tag, (start, end)), = blocks.items()
-    return tag, text[start:end].strip()
 
 
 def parse_action(text: str, max_query_chars: int) -> tuple[str, str]:
@@ -274,7 +235,7 @@ class SearchEnv(gym.Env):
     def __init__(self, backend: Retriever | None = None, **kwargs):
         """`kwargs` are SearchConfig fields and, for data='synthetic', EncyclopediaConfig fields. `backend`, if
         given, is searched instead of the retriever the config names (any object with search(queries, top_k)),
-        e.g. an envs.retrieval.ActorRetriever from start_retrieval_server."""
+        e.g. an memrl_envs.retrieval.ActorRetriever from start_retrieval_server."""
         self.config, self.world_config = config, world = self._configs(kwargs)
         if world is not None:
             max_question = world.max_question_chars()

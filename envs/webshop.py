@@ -15,7 +15,7 @@ the text, the argument lower-cased, anything after the last `]` ignored, no spac
 An invalid action (unknown verb, a click on something the page does not show) changes nothing and earns 0;
 info["valid"] is False and info["error"] says why, and info["format_ok"] is 0 when the text does not start with
 `search[` or `click[` (with malformed_reward set, that ends the episode with that reward). The only reward is paid
-on `click[buy now]`, which ends the episode (envs.webshop_reward: the original's `get_reward`). The bare env has no
+on `click[buy now]`, which ends the episode (webshop_reward: the original's `get_reward`). The bare env has no
 turn limit, as the original; with max_turns the episode is truncated with reward 0 after that many actions.
 
 Observations are the page's visible strings joined by " [SEP] " (observation_mode 'text'), or one string a line
@@ -45,10 +45,10 @@ from typing import ClassVar
 
 import gymnasium as gym
 
-from envs.retrieval import BM25Retriever, Passage
-from envs.text_space import clean, text_space
-from envs.webshop_catalog import Catalog, Goal, Product, generate_catalog, load_catalog
-from envs.webshop_reward import NOUN_TAGGERS, purchase_reward
+from memrl_envs.retrieval import BM25Retriever, Passage
+from memrl_envs.text_space import clean, text_space
+from memrl_envs.webshop_catalog import Catalog, Goal, Product, generate_catalog, load_catalog
+from memrl_envs.webshop_reward import NOUN_TAGGERS, purchase_reward
 from memrl.preflight import typed_config
 
 SEP = " [SEP] "
@@ -65,7 +65,7 @@ class WebShopConfig:
     """Knobs of the WebShop env."""
 
     data_dir: str | None = None
-    """Directory with the original files (envs.webshop_catalog.load_catalog); None: a generated catalog."""
+    """Directory with the original files (memrl_envs.webshop_catalog.load_catalog); None: a generated catalog."""
     num_products: int | None = None
     """Products: the generated catalog's size (None: 400), or the first rows of the original items file (None:
     all)."""
@@ -88,7 +88,7 @@ class WebShopConfig:
     search_from_any_page: bool = True
     """search[...] works on every page, as in the original text env; False accepts it only on the search page."""
     noun_tagger: str = "auto"
-    """One of envs.webshop_reward.NOUN_TAGGERS: who finds the titles' nouns for r_type (spaCy, as the original, when
+    """One of webshop_reward.NOUN_TAGGERS: who finds the titles' nouns for r_type (spaCy, as the original, when
     the `webshop` extra is installed; else the rule)."""
     read_reviews: bool = False
     """Original files: read reviews.json for the reviews page and the rating (the original engine never does, so

@@ -235,7 +235,7 @@ def option_matches(goal_options, chosen: dict[str, str]) -> int:
 def purchase_reward(bought, goal, price: float, chosen: dict[str, str], noun_tagger: str = "auto") -> RewardInfo:
     """The reward of buying `bought` at `price` with options `chosen` ({group: value}) for `goal`.
 
-    `bought` is an envs.webshop_catalog.Product, `goal` a Goal (goal_options a list of values or a {group: value}
+    `bought` is an memrl_envs.webshop_catalog.Product, `goal` a Goal (goal_options a list of values or a {group: value}
     dict); `noun_tagger` is one of NOUN_TAGGERS."""
     tagger = resolve_noun_tagger(noun_tagger)
     r_type, query_match, category_match, title_score = type_reward(bought, goal, tagger)

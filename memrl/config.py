@@ -230,7 +230,7 @@ class DebuggingConfig:
     """wandb project to log to (offline unless WANDB_API_KEY is set); None, or WANDB_MODE=disabled, disables wandb."""
     progress_bars: bool = True
     """Show a progress bar per phase (held-out evaluation before, training iterations, evaluation after) in the
-    tuned examples' train loop (tuned_examples.common.train)."""
+    tuned examples' train loop (memrl_tuned_examples.common.train)."""
     check_resources: bool = True
     """Before any actor starts, check that the Ray cluster holds the CPUs and GPUs the actors reserve and fail at
     once naming what is missing. Turn off on an autoscaling cluster (`ray up cluster.yaml`), whose nodes come only

@@ -110,7 +110,9 @@ def env_creator(env_id: str) -> tuple[Any, dict]:
     import gymnasium
     from gymnasium.envs.registration import load_env_creator
 
-    import envs  # noqa: F401  (registers the memrl/ ids)
+    from memrl.plugins import load_plugins
+
+    load_plugins()
 
     module, _, name = env_id.rpartition(":")
     try:
@@ -151,7 +153,7 @@ def check_options(owner: Any, options: dict, where: str, skip: tuple[str, ...] =
 
 def load_tokenizer(model_path: str):
     """The checkpoint's tokenizer, or a ValueError saying what the directory lacks."""
-    from envs.tokenizer import new_tokenizer
+    from memrl.tokenizer import new_tokenizer
 
     path = Path(model_path)
     if not path.is_dir():

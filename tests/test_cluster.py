@@ -109,7 +109,7 @@ _MULTINODE = """
 import json, os, sys, threading, time
 import ray
 from ray.cluster_utils import Cluster
-from envs.retrieval import Passage, start_retrieval_server
+from memrl_envs.retrieval import Passage, start_retrieval_server
 from memrl.algorithms import DAPOConfig
 
 # A head for the driver and env runners, two learner nodes and two engine nodes: separate raylets on one machine.

@@ -9,7 +9,7 @@ import time
 import pytest
 import ray
 
-from envs.tokenizer import tokenizer_class_path
+from memrl.tokenizer import tokenizer_class_path
 from memrl.algorithms import DAPOConfig, GRPOConfig, MemPOConfig, PPOConfig
 from memrl.algorithms.sft import SFTConfig
 from memrl.engines.vllm_engine import VLLMEngine, _engine_argument_names

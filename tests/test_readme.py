@@ -108,7 +108,7 @@ def test_sft_command_writes_the_model_and_its_summary(tmp_path):
 
 
 def test_webshop_block_buys_with_the_scripted_expert(tmp_path):
-    code = _block("import envs  # registers memrl/WebShop-v0")
+    code = _block("import memrl_envs  # registers memrl/WebShop-v0")
     proc = subprocess.run([sys.executable, "-c", code], cwd=README.parent, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     asin, reward = proc.stdout.split()[-2:]

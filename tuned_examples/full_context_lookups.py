@@ -26,12 +26,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from envs.multihop import FACT_RE
+from memrl_envs.multihop import FACT_RE
 from memrl.algorithms.sft import expert_episodes
 from memrl.seeds import heldout_env_seeds
 from memrl.stats import wilson_interval
-from tuned_examples.common import RUNS, require_checkpoint
-from tuned_examples.memagent_dapo import BASELINE, NUM_DOCS, cpu_task
+from memrl_tuned_examples.common import RUNS, require_checkpoint
+from memrl_tuned_examples.memagent_dapo import BASELINE, NUM_DOCS, cpu_task
 
 LENGTHS = (2, 4, 6, 8, NUM_DOCS)
 """Documents per question: the lengths the baseline was trained on, all inside its window."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from tuned_examples.search_agents import (
+from memrl_tuned_examples.search_agents import (
     HELDOUT,
     MAX_TOKENS,
     env_config,

@@ -12,7 +12,7 @@ reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3
 learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
 trains the full-history ReAct baseline from its own warm-start with the same settings and budget (written to
 runs/mem1_webshop_ppo_react). --data points the GPU preset at the original WebShop files
-(envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
+(memrl_envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from tuned_examples.common import parser, run_example, size_for_gpus
-from tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
+from memrl_tuned_examples.common import parser, run_example, size_for_gpus
+from memrl_tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 CPU_ITERATIONS = 25
 """Training iterations of the CPU default (about 40 s each)."""

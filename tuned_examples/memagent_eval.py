@@ -6,7 +6,7 @@
 Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
 facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
 95% interval, the paired change against the warm-start on the same questions (with its interval), sub_em (the
-paper's definition, envs.qa_metrics.sub_em) and F1, what the answer rested on (the share of questions whose last
+paper's definition, memrl_envs.qa_metrics.sub_em) and F1, what the answer rested on (the share of questions whose last
 memory, or the baseline's quoted evidence, held both gold facts, and the distractor documents it held), peak tokens
 per call and total tokens per task. Writes
 length.json, length.md (the table) and length.png (accuracy and peak tokens per call against length) to --out.
@@ -28,11 +28,11 @@ import gymnasium as gym
 import matplotlib
 import numpy as np
 
-import envs  # noqa: F401  (registers memrl/ChunkStream-v0)
+import memrl_envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import check_sampling, evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval, per_task_of_k, task_rewards
-from tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
-from tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
+from memrl_tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
+from memrl_tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
 """Document lengths, as multiples of NUM_DOCS (the length the warm-starts learnt at; the main job's RL trains at 4x)."""

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from memrl import sft
 from memrl.algorithms.sft import SFTConfig
-from tuned_examples.common import RUNS, default_model
-from tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
+from memrl_tuned_examples.common import RUNS, default_model
+from memrl_tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ decaying to 0 over twice the episodes, the copying. Its remaining failures are c
 wrong name, or a name of a fact already held changed while rewriting the memory.
 
 The full-context baseline's one-pass lookup blurs as the documents it chooses among grow. What moved it was the form
-of its expert reply: quoting the facts after a lead-in (envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names
+of its expert reply: quoting the facts after a lead-in (memrl_envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names
 keep their document tokens; answering without quoting, a start from the MemAgent warm-start, a higher rate, a wider
 model and one of twice the depth (`--layers 8`) did not help. Scored lookup by lookup on the expert's reply
 (tuned_examples/full_context_lookups.py), it finds the employer and picks the employer's city no better than guessing

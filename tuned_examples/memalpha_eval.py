@@ -26,11 +26,11 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-import envs  # noqa: F401  (registers memrl/MemoryStore-v0)
-from envs.memory_generators import CATEGORIES
+import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
+from memrl_envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
-from tuned_examples.common import RUNS, budget_table, heldout_summary, init_ray, trained_policy
-from tuned_examples.memalpha_grpo import (
+from memrl_tuned_examples.common import RUNS, budget_table, heldout_summary, init_ray, trained_policy
+from memrl_tuned_examples.memalpha_grpo import (
     ANSWER_MEMORIES,
     ANSWERER,
     ANSWERER_CHECKPOINT,

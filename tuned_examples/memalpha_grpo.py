@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memrl.algorithms import MemAlphaConfig
-from tuned_examples.common import parser, run_example, size_for_gpus
+from memrl_tuned_examples.common import parser, run_example, size_for_gpus
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live."""

@@ -35,8 +35,8 @@ from pathlib import Path
 from memrl import sft
 from memrl.algorithms.sft import SFTConfig
 from memrl.learner.losses import LossConfig
-from tuned_examples.common import default_model
-from tuned_examples.memalpha_grpo import (
+from memrl_tuned_examples.common import default_model
+from memrl_tuned_examples.memalpha_grpo import (
     ANSWER_MEMORIES,
     ANSWERER_CHECKPOINT,
     BASE_CHECKPOINT,

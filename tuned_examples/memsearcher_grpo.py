@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import GRPOConfig
-from tuned_examples.search_agents import (
+from memrl_tuned_examples.search_agents import (
     HELDOUT,
     MAX_TOKENS,
     env_config,

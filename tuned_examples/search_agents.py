@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from envs.search import load_questions
+from memrl_envs.search import load_questions
 from memrl.config import AlgorithmConfig
-from tuned_examples.common import parser, run_example, size_for_gpus
+from memrl_tuned_examples.common import parser, run_example, size_for_gpus
 
 NUM_OBJECTIVES = 2
 """Questions per training task."""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
-from tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
-from tuned_examples.search_agents import MAX_TOKENS, table_env_config, warm_start, workflow_config
+from memrl_tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl_tuned_examples.search_agents import MAX_TOKENS, table_env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
 """Questions per task, as in MEM1's Table 1."""

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from memrl import sft
 from memrl.algorithms.sft import SFTConfig
-from tuned_examples.common import RUNS, default_model
-from tuned_examples.search_agents import (
+from memrl_tuned_examples.common import RUNS, default_model
+from memrl_tuned_examples.search_agents import (
     CHECKPOINTS,
     NUM_OBJECTIVES,
     env_config,
@@ -50,7 +50,7 @@ class Stage:
     """Also train on each episode's memory probe (SFTTrainingConfig.probe_rows; MemPO's workflow only)."""
     expert_notes: bool = False
     """The expert's memory is one note per answered question and the question it works on
-    (envs.search.SearchConfig.expert_notes: `Q1 Kolm` / `Q2: Who founded the company Drexex?`, about 6 tokens per
+    (memrl_envs.search.SearchConfig.expert_notes: `Q1 Kolm` / `Q2: Who founded the company Drexex?`, about 6 tokens per
     answered question), not the passages it read (about 25 tokens each): a 64-token memory then holds 8 questions'
     answers instead of about 2."""
     table_task: bool = False

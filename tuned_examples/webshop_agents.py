@@ -1,6 +1,6 @@
 """The CPU task shared by the WebShop examples (MEM1 on WebShop and the ReAct baselines).
 
-The generated catalog (400 products, envs.webshop_catalog) with three products per result page, MEM1's ten turns
+The generated catalog (400 products, memrl_envs.webshop_catalog) with three products per result page, MEM1's ten turns
 and its -1 for a reply without an action, and short prompts: the embedded tiny model's tokenizer makes a ten-product
 result page about 900 tokens and MEM1's full instructions a few hundred more, which would dominate every call on a
 CPU. Users with a real model keep the paper's settings (page size 10, the workflows' prompts) by passing none.

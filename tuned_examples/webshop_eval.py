@@ -22,8 +22,8 @@ import numpy as np
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
-from tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
-from tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
+from memrl_tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl_tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
            "webshop_react": RUNS / "mem1_webshop_ppo_react" / "model"}

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from memrl import sft
 from memrl.algorithms.sft import SFTConfig
-from tuned_examples.common import RUNS, default_model
-from tuned_examples.webshop_agents import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
+from memrl_tuned_examples.common import RUNS, default_model
+from memrl_tuned_examples.webshop_agents import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
 
 EXPERT_RECALL = 0.5
 """Share of the goal's options the imitated expert chooses."""

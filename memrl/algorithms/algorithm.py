@@ -23,7 +23,7 @@ from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
 from ray.tune import PlacementGroupFactory
 
-from envs.tokenizer import tokenizer_class_path
+from memrl.tokenizer import tokenizer_class_path
 from memrl import checkpoints, rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
 from memrl.algorithms.recovery import Recovery, wait_engines_ready

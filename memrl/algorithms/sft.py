@@ -25,7 +25,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 
 from memrl.algorithms.algorithm import Algorithm
@@ -36,6 +35,7 @@ from memrl.episode import Trajectory
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 from memrl.learner.rows import TrainRow
+from memrl.plugins import make_env
 from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
 from memrl.stats import reward_interval
 from memrl.workflows import workflow_class
@@ -111,7 +111,7 @@ class SFT(Algorithm):
         return SFTConfig()
 
     def setup(self, config: dict[str, Any]) -> None:
-        from envs.tokenizer import new_tokenizer
+        from memrl.tokenizer import new_tokenizer
         from memrl.engines.torch_engine import TorchEngine
 
         self.cfg = SFTConfig.from_dict(config)
@@ -250,9 +250,7 @@ def expert_episodes(env_id: str, env_config: dict, workflow: str, workflow_confi
     prompt ids are the workflow's own and each response is the tokenized expert response plus the EOS stop token.
     `max_calls` caps an episode as the env runners do.
     """
-    import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
-
-    env = gym.make(env_id, **env_config)
+    env = make_env(env_id, env_config)
     workflow_cls = workflow_class(workflow)
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -319,8 +317,6 @@ def greedy_rewards(engine: InferenceEngine, env_id: str, env_config: dict, workf
                    task_options: Sequence[dict] = ()) -> list[float]:
     """Return of one greedy episode per env seed (reset as collect_expert_rows does), all episodes run at once
     through the episode loop so that their calls reach `engine` (in this process) as one batch per round."""
-    import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
-
     workflow_cls = workflow_class(workflow)
     sampling = SamplingConfig(max_tokens=max_tokens, temperature=0.0, stop_token_ids=[tokenizer.eos_token_id])
 
@@ -331,7 +327,7 @@ def greedy_rewards(engine: InferenceEngine, env_id: str, env_config: dict, workf
         respond = BatchingResponder(generate_batch)
 
         async def one(task: Task) -> Trajectory:
-            env = gym.make(env_id, **env_config)
+            env = make_env(env_id, env_config)
             try:
                 return await run_episode(env, workflow_cls(tokenizer, **workflow_config), task, respond,
                                          max_calls=max_calls, max_model_len=engine.max_model_len())

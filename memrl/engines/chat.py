@@ -1,5 +1,5 @@
 """Chat over any memrl inference engine: messages in, reply text out. Mem-α's frozen answerer and its LLM judge run
-behind this (envs.memory_answer.ActorAnswerer finds the actor by name). As an actor (ChatActor) it answers the
+behind this (memrl_envs.memory_answer.ActorAnswerer finds the actor by name). As an actor (ChatActor) it answers the
 chats of concurrent callers, such as many envs each asking its own questions, in one batch.
 
 Message contents are tokenized as text (a memory or a question that spells <|im_start|> stays text), the chat
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
-from envs.tokenizer import load_tokenizer
+from memrl.tokenizer import ChatCodec, load_tokenizer
 from memrl.engines import engine_class
 from memrl.engines.base import SamplingConfig
-from memrl.workflows.base import LastObservationWorkflow
 
 
 class ChatServer:
@@ -23,7 +22,7 @@ class ChatServer:
                  seed: int = 0, **engine_config):
         self.engine = engine_class(engine)(model_path, seed=seed, **engine_config)
         tokenizer = load_tokenizer(model_path)
-        self._chat = LastObservationWorkflow(tokenizer)  # its chat_ids keeps message text as text
+        self._chat = ChatCodec(tokenizer)
         self.sampling = SamplingConfig(max_tokens=max_tokens, temperature=temperature,
                                        stop_token_ids=[tokenizer.eos_token_id])
 

@@ -15,10 +15,11 @@ import gymnasium as gym
 import pyarrow as pa
 import ray
 
-from envs.tokenizer import load_tokenizer
+from memrl.tokenizer import load_tokenizer
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.episode import Trajectory, to_arrow, tokenizer_metadata
 from memrl.rollout.loop import BatchingResponder, Task, run_episode
+from memrl.plugins import make_env
 from memrl.seeds import derive_seed
 from memrl.workflows import workflow_class
 
@@ -68,8 +69,6 @@ class EnvRunner:
     actor, and a handle among constructor arguments is an object-store argument it warns may be gone by then."""
 
     def __init__(self, spec: EnvRunnerSpec, runner_index: int = 0):
-        import envs  # noqa: F401  (registers the memrl/ gymnasium ids in this process)
-
         self.spec = spec
         self.engine = None
         self.runner_index = runner_index
@@ -96,7 +95,7 @@ class EnvRunner:
             self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
         for env in self.envs:
             env.close()
-        self.envs = [gym.make(spec.env, **spec.env_config) for _ in range(spec.num_envs)]
+        self.envs = [make_env(spec.env, spec.env_config) for _ in range(spec.num_envs)]
 
     def ping(self) -> int:
         """Liveness check; returns the runner index."""
@@ -160,7 +159,7 @@ class EnvRunner:
                         f"{attempt + 1} times; the last error: {type(exc).__name__}: {exc}") from exc
                 self._stats["episode_retries"] += 1
                 self.envs[index].close()
-                self.envs[index] = gym.make(self.spec.env, **self.spec.env_config)
+                self.envs[index] = make_env(self.spec.env, self.spec.env_config)
 
     async def _engine_call(self, ref, step: str):
         """Await one engine call within engine_call_timeout_s; any failure of it becomes EngineFailed."""

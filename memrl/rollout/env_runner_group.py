@@ -13,7 +13,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from envs.tokenizer import tokenizer_class_path
+from memrl.tokenizer import tokenizer_class_path
 from memrl.cluster import FailureBudget, get
 from memrl.episode import concat
 from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed

@@ -1,6 +1,6 @@
 """Mem-α's workflow: one reply of tool calls per chunk, seeing the tools and the memory as it stands.
 
-Each call sees a system prompt with the three tools (their OpenAI schemas, the enabled memory types only) and the
+Each call sees a system prompt with the env's tools (the OpenAI schemas its first info names) and the
 current memory (core, then the most recent `max_items` semantic and episodic items with their ids, halved until the
 prompt fits `max_prompt_tokens`, as the authors' rollout does; the paper does not give the number, the default is the
 5 of the authors' training rollout), and a user message asking to memorise the chunk.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from envs.memory_store import MEMORY_TYPES, tool_schemas
 from memrl.workflows.base import Workflow
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ PROMPTS = ("full", "brief")
 
 MAX_ITEMS = 5
 """Most recent semantic and episodic items each write prompt shows: the authors' training rollout's 5 (their agent's
-MAX_MEMORY_ITEMS; the paper does not say). The answer side shows the BM25 top 20 (envs.memory_env answer_top_k)."""
+MAX_MEMORY_ITEMS; the paper does not say). The answer side shows the BM25 top 20 (the memory env's answer_top_k)."""
 TOOL_FORMATS = ("json", "compact")
 """How the system prompt lists the tools (see MemAlphaWorkflow)."""
 
@@ -86,8 +85,7 @@ class MemAlphaWorkflow(Workflow):
     """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_items: int = MAX_ITEMS, max_prompt_tokens: int = 6144,
-                 enabled: tuple[str, ...] | list[str] = MEMORY_TYPES, tool_format: str = "json",
-                 prompt: str = "full"):
+                 tool_format: str = "json", prompt: str = "full"):
         """`max_items`: most recent items of each list the prompt shows (MAX_ITEMS), halved while the prompt is over
         `max_prompt_tokens`.
         `tool_format`: "json" lists each tool's OpenAI schema as a JSON line (what Qwen-Agent shows); "compact"
@@ -107,17 +105,23 @@ class MemAlphaWorkflow(Workflow):
         self.prompt = prompt
         if tool_format not in TOOL_FORMATS:
             raise ValueError(f"MemAlphaWorkflow: tool_format must be one of {TOOL_FORMATS}; got {tool_format!r}")
-        schemas = [s["function"] for s in tool_schemas(tuple(enabled))]
-        if tool_format == "json":
-            self.tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in schemas)
-        else:
-            self.tools = "\n".join(_signature(s) for s in schemas)
+        self.tool_format = tool_format
+        self.tools = ""
         self.question = self.chunk = ""
         self.memory: dict = {}
         self.mode = "tools"
         self.answer_chat: list[dict[str, str]] | None = None
 
     def reset(self, observation: str, info: dict) -> None:
+        """The env's first info names its tools (info["tools"], OpenAI function schemas), which every call shows."""
+        if "tools" not in info:
+            raise ValueError(f"MemAlphaWorkflow: the env's first info lacks tools (its tools' OpenAI schemas); it "
+                             f"needs the memory-store env (memrl/MemoryStore-v0), got keys {sorted(info)}")
+        schemas = [tool["function"] for tool in info["tools"]]
+        if self.tool_format == "json":
+            self.tools = "\n".join(json.dumps(s, separators=(",", ":")) for s in schemas)
+        else:
+            self.tools = "\n".join(_signature(s) for s in schemas)
         self.observe(observation, info)
 
     def observe(self, observation: str, info: dict) -> None:

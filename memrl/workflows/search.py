@@ -3,8 +3,8 @@
 The env speaks `<search>query</search>` / `<answer>a1; a2</answer>` and returns `<information>...</information>`
 blocks. Each workflow decides what one LLM call sees and turns the reply into such an action; a reply that holds
 no well-formed action reaches the env as written (or, for MemSearcher, as an empty action), and the env rejects
-it with its "Invalid action" observation and info["format_ok"] = 0.0. The action grammar is the env's
-(envs.search.find_action); the prompts are in memrl.workflows.search_prompts.
+it with its "Invalid action" observation and info["format_ok"] = 0.0. The action grammar is shared with the env
+(memrl.text.find_action); the prompts are in memrl.workflows.search_prompts.
 
 MemSearcher's answer is the content of the reply's last \\boxed{...} with its braces matched, as the authors'
 reward (re_call.py) reads it, so two boxes, or a "}" after the box, still give the last box's text alone
@@ -18,9 +18,8 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from envs.qa_metrics import extract_boxed
-from envs.search import find_action, read_block
-from memrl.workflows.base import Workflow
+from memrl.text import extract_boxed, find_action, read_block
+from memrl.workflows.base import Workflow, positive_int
 from memrl.workflows.search_prompts import (
     MEM1_TEMPLATE,
     MEMORY_PROBE,
@@ -36,20 +35,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 PASSAGE = re.compile(r"^Doc \d+\(Title: [^)]*\) (.+?)(?:</information>)?$", re.MULTILINE)
-"""One hit line of an `<information>` block (envs.retrieval.format_information); group 1 is the passage."""
+"""One hit line of an `<information>` block (memrl_envs.retrieval.format_information); group 1 is the passage."""
 
 BOXED = "\\boxed{"
 """Where MemSearcher's final answer starts."""
-
-
-def _positive_tokens(owner: str, name: str, value, optional: bool = False) -> int | None:
-    """`value` checked as a positive int (or None when `optional`), with an error naming the option."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "a positive int or None" if optional else "a positive int"
-        raise ValueError(f"{owner}: {name} must be {allowed}; got {value!r}")
-    return value
 
 
 def _action(text: str) -> str:
@@ -138,7 +127,7 @@ class _SearchWorkflow(Workflow):
         return self.decode(ids[first:last]).strip(), (first, last), text[end + len(f"</{tag}>"):]
 
     def _expert_memory(self, notes: str | None = None) -> str:
-        """The scripted expert's memory: the env's `notes` when it gives them (envs.search.SearchConfig.expert_notes),
+        """The scripted expert's memory: the env's `notes` when it gives them (the search env's expert_notes option),
         else the previous memory's lines plus the top passage of the latest search (the passage about the entity
         searched for); either way dropping the oldest lines to fit memory_tokens."""
         if notes is not None:
@@ -168,7 +157,7 @@ class MEM1Workflow(_SearchWorkflow):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
                  template: str | None = None):
-        super().__init__(tokenizer, _positive_tokens("MEM1Workflow", "memory_tokens", memory_tokens, optional=True),
+        super().__init__(tokenizer, positive_int("MEM1Workflow", "memory_tokens", memory_tokens, optional=True),
                          template)
         self.last_action_text = ""
 
@@ -212,7 +201,7 @@ class MemSearcherWorkflow(_SearchWorkflow):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int = 1024, template: str | None = None,
                  system_prompt: str | None = None):
-        super().__init__(tokenizer, _positive_tokens("MemSearcherWorkflow", "memory_tokens", memory_tokens), template)
+        super().__init__(tokenizer, positive_int("MemSearcherWorkflow", "memory_tokens", memory_tokens), template)
         # Fields {tool} and {memory_tokens} are filled in where the text has them.
         self.system_prompt = (MEMSEARCHER_SYSTEM if system_prompt is None else system_prompt).format(
             tool=json.dumps(SEARCH_TOOL), memory_tokens=memory_tokens)
@@ -281,7 +270,7 @@ class MemPOWorkflow(_SearchWorkflow):
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
                  template: str | None = None):
-        super().__init__(tokenizer, _positive_tokens("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True),
+        super().__init__(tokenizer, positive_int("MemPOWorkflow", "memory_tokens", memory_tokens, optional=True),
                          template)
         self._calls: list[tuple[list[int], str | None]] = []  # per call: its prompt, and the memory it wrote
         self._prompt: list[int] = []
@@ -383,7 +372,7 @@ class TruncatedReActWorkflow(ReActWorkflow):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 4096,
                  template: str | None = None):
         super().__init__(tokenizer, template)
-        self.max_context_tokens = _positive_tokens("TruncatedReActWorkflow", "max_context_tokens", max_context_tokens)
+        self.max_context_tokens = positive_int("TruncatedReActWorkflow", "max_context_tokens", max_context_tokens)
 
     def prompt_ids(self) -> list[int]:
         prompt = self._history_ids([])

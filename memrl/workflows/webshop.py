@@ -23,8 +23,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from memrl.workflows.base import Workflow
-from memrl.workflows.search import _positive_tokens
+from memrl.workflows.base import Workflow, positive_int
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -131,7 +130,7 @@ class WebShopMEM1Workflow(_WebShopWorkflow):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, memory_tokens: int | None = None,
                  template: str | None = None):
         super().__init__(tokenizer, template)
-        self.memory_tokens = _positive_tokens("WebShopMEM1Workflow", "memory_tokens", memory_tokens, optional=True)
+        self.memory_tokens = positive_int("WebShopMEM1Workflow", "memory_tokens", memory_tokens, optional=True)
         self.summary = ""
 
     def reset(self, observation: str, info: dict) -> None:
@@ -219,7 +218,7 @@ class WebShopTruncatedReActWorkflow(WebShopReActWorkflow):
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int = 2048,
                  template: str | None = None):
         super().__init__(tokenizer, template)
-        self.max_context_tokens = _positive_tokens("WebShopTruncatedReActWorkflow", "max_context_tokens",
+        self.max_context_tokens = positive_int("WebShopTruncatedReActWorkflow", "max_context_tokens",
                                                   max_context_tokens)
 
     def _window(self, start: int) -> list[int]:

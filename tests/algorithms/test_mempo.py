@@ -7,14 +7,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from envs.search import SearchEnv
+from memrl_envs.search import SearchEnv
 from memrl.algorithms.mempo import add_memory_advantages
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import memory_rewards
 from memrl.learner.batching import pad_rows
 from memrl.learner.rows import build_rows
 from memrl.workflows.search import PASSAGE, MemPOWorkflow
-from tuned_examples.search_agents import env_config, workflow_config
+from memrl_tuned_examples.search_agents import env_config, workflow_config
 
 
 def test_memory_reward_is_the_gain_in_geometric_mean_probability():
@@ -146,7 +146,7 @@ def test_mempo_iteration_from_the_warm_start(ray_session):
     """A real MemPO iteration: the warm-start writes <mem> blocks, the runners attach probes, the learners score them
     and train on stitched rows."""
     from memrl.algorithms import MemPOConfig
-    from tuned_examples.search_agents import MAX_TOKENS
+    from memrl_tuned_examples.search_agents import MAX_TOKENS
 
     algo = (MemPOConfig()
             .environment("memrl/Search-v0", env_config={**env_config(), "reward": "answer_format"})

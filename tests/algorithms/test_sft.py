@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import envs  # noqa: F401  (registers memrl/Echo-v0)
-from envs.text_space import text_space
+import memrl_envs  # noqa: F401  (registers memrl/Echo-v0)
+from memrl_envs.text_space import text_space
 from memrl.algorithms.sft import (
     SFT,
     SFTConfig,

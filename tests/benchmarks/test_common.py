@@ -13,7 +13,7 @@ def test_process_start_is_the_moment_the_process_was_created():
     # A child reports its own creation time; it was created between the two readings of the parent's clock. The boot
     # time in /proc/stat is a whole second, so reading it instead would put the start up to 1 s early.
     before = time.time()
-    out = subprocess.run([sys.executable, "-c", "import json, time\nfrom benchmarks.common import process_start\n"
+    out = subprocess.run([sys.executable, "-c", "import json, time\nfrom memrl_benchmarks.common import process_start\n"
                           "print(json.dumps([process_start(), time.time()]))"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     after = time.time()

@@ -40,7 +40,7 @@ def test_quick_run_measures_memrl_and_names_a_missing_trl(tmp_path):
 
 
 def test_full_run_measures_every_one_learner_setting_at_zero_stage_2_too():
-    from benchmarks.vs_trl import memrl_runs
+    from memrl_benchmarks.vs_trl import memrl_runs
 
     runs = memrl_runs(quick=False)
     assert len({run.name for run in runs}) == len(runs) == 13

@@ -3,8 +3,8 @@
 import pytest
 from transformers import AutoTokenizer
 
-from envs.memory_answer import ActorAnswerer, LLMJudge, answer_messages
-from envs.memory_env import MemoryStoreEnv
+from memrl_envs.memory_answer import ActorAnswerer, LLMJudge, answer_messages
+from memrl_envs.memory_env import MemoryStoreEnv
 from memrl.engines.chat import ChatServer, start_chat_server
 
 

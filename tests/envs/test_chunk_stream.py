@@ -7,13 +7,13 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers memrl/ ids)
-from envs.chunk_stream import NO_MEMORY, ChunkStreamEnv, TokenCounter, _cut_points, chunk_documents
-from envs.multihop import MultiHopConfig
-from envs.multihop import make_task as multihop_task
-from envs.niah import NiahConfig
-from envs.niah import make_task as niah_task
-from envs.qa_metrics import extract_boxed
+import memrl_envs  # noqa: F401  (registers memrl/ ids)
+from memrl_envs.chunk_stream import NO_MEMORY, ChunkStreamEnv, TokenCounter, _cut_points, chunk_documents
+from memrl_envs.multihop import MultiHopConfig
+from memrl_envs.multihop import make_task as multihop_task
+from memrl_envs.niah import NiahConfig
+from memrl_envs.niah import make_task as niah_task
+from memrl.text import extract_boxed
 
 
 @pytest.fixture(scope="module")

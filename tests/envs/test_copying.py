@@ -1,8 +1,8 @@
 import gymnasium
 import pytest
 
-import envs  # noqa: F401  (registers memrl/Copy-v0)
-from envs.copying import CopyEnv
+import memrl_envs  # noqa: F401  (registers memrl/Copy-v0)
+from memrl_envs.copying import CopyEnv
 
 
 def _env(**kwargs) -> CopyEnv:

@@ -2,8 +2,8 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers memrl/ ids)
-from envs.echo import WORDS, EchoEnv
+import memrl_envs  # noqa: F401  (registers memrl/ ids)
+from memrl_envs.echo import WORDS, EchoEnv
 
 
 def test_passes_gymnasium_env_checker():

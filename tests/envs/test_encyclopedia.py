@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from envs.encyclopedia import (
+from memrl_envs.encyclopedia import (
     NAME_LENGTHS,
     QUESTIONS,
     REGIONS,
@@ -11,8 +11,8 @@ from envs.encyclopedia import (
     make_questions,
     make_world,
 )
-from envs.multihop import CITIES, COMPANIES, PEOPLE, SURNAMES
-from envs.retrieval import BM25Retriever
+from memrl_envs.multihop import CITIES, COMPANIES, PEOPLE, SURNAMES
+from memrl_envs.retrieval import BM25Retriever
 
 FACT_PATTERNS = {
     "person": re.compile(r"(?P<e>.+) was born in (?P<born_in>.+) in (?P<born_year>\d{4})\. (?P=e) works for "

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from envs.loaders import QATask, load_tasks
+from memrl_envs.loaders import QATask, load_tasks
 
 CONTEXT = ("Document 1:\nGhost\nGhost is based in New York.\n\n"
            "Document 2:\nMalmö\nLindström lives in Malmö – by the sea.")
@@ -41,7 +41,7 @@ def test_memagent_training_parquet_and_process_rows(tmp_path):
 
 
 def test_a_right_and_a_wrong_answer_score_on_a_memagent_file(tmp_path):
-    from envs.chunk_stream import ChunkStreamEnv
+    from memrl_envs.chunk_stream import ChunkStreamEnv
 
     rows = [{"context": CONTEXT, "input": "Who lives in Malmö?", "answers": ["Lindström"], "num_docs": 2, "index": 0}]
     (tmp_path / "eval_2.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")

@@ -31,7 +31,7 @@ from collections import Counter
 
 import pytest
 
-from envs.memory_rewards import (
+from memrl_envs.memory_rewards import (
     content_reward,
     content_valid,
     judge_verdict,
@@ -40,7 +40,7 @@ from envs.memory_rewards import (
     score_answer,
     tool_reward,
 )
-from envs.memory_store import MemoryStore, bm25_okapi_scores, bm25_top, cut_reply, execute, parse_tool_calls
+from memrl_envs.memory_store import MemoryStore, bm25_okapi_scores, bm25_top, cut_reply, execute, parse_tool_calls
 
 ALL = ("core", "semantic", "episodic")
 SEEDED = {"semantic": ["Kema works for Quovex.", "Dulia sings in Hulport."],

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from envs.memory_answer import (
+from memrl_envs.memory_answer import (
     HTTPAnswerer,
     answer_messages,
     context_chunks,
@@ -17,8 +17,8 @@ from envs.memory_answer import (
     parse_verdict,
     render_memory,
 )
-from envs.memory_env import MemoryStoreEnv
-from envs.memory_store import MemoryStore
+from memrl_envs.memory_env import MemoryStoreEnv
+from memrl_envs.memory_store import MemoryStore
 
 
 def test_the_answerer_sees_core_and_items_ranked_for_the_question():
@@ -117,7 +117,7 @@ def test_items_that_share_no_word_with_the_question_fill_the_list_in_stored_orde
 
 
 def test_the_longmemeval_judge_asks_its_question_and_reads_yes_without_no():
-    from envs.memory_answer import LME_JUDGE_PROMPT, LMEJudge
+    from memrl_envs.memory_answer import LME_JUDGE_PROMPT, LMEJudge
 
     class Replies:
         def __init__(self, reply):

@@ -6,9 +6,9 @@ from http.server import BaseHTTPRequestHandler
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the envs)
-from envs.memory_env import MemoryStoreEnv
-from envs.memory_tasks import MemoryTask
+import memrl_envs  # noqa: F401  (registers the envs)
+from memrl_envs.memory_env import MemoryStoreEnv
+from memrl_envs.memory_tasks import MemoryTask
 
 FACT = ('\u273fFUNCTION\u273f: new_memory_insert\n'
         '\u273fARGS\u273f: {{"memory_type": "semantic_memory", "content": "{c}"}}\n')

@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from envs.memory_generators import CATEGORIES, MIXED, MemoryGeneratorConfig, expert_calls, make_memory_task
-from envs.memory_rewards import score_answer
+from memrl_envs.memory_generators import CATEGORIES, MIXED, MemoryGeneratorConfig, expert_calls, make_memory_task
+from memrl_envs.memory_rewards import score_answer
 
 
 @pytest.mark.parametrize("category", CATEGORIES)

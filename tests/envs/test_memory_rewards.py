@@ -1,6 +1,6 @@
 import pytest
 
-from envs.memory_rewards import (
+from memrl_envs.memory_rewards import (
     compression_reward,
     content_reward,
     content_valid,
@@ -9,7 +9,7 @@ from envs.memory_rewards import (
     score_answer,
     tool_reward,
 )
-from envs.memory_store import MemoryStore, ToolCall, execute
+from memrl_envs.memory_store import MemoryStore, ToolCall, execute
 
 
 def _calls(store, *calls, variant="paper"):

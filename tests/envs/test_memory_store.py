@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from envs.memory_store import (
+from memrl_envs.memory_store import (
     CORE_TRUNCATED,
     MAX_CONTENT_CHARS,
     MemoryStore,

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from envs.memory_tasks import MemoryQuestion, MemoryTask, load_memory_tasks
+from memrl_envs.memory_tasks import MemoryQuestion, MemoryTask, load_memory_tasks
 
 CHUNKS = ["At 2024/01/02 Kema said: I moved to Hulport.", "At 2024/01/05 Dulia said: Kema works for Quovex – früh."]
 QAS = [{"question": "Where does Kema live?", "answer": "Hulport", "evidence_idx": [0]},
@@ -69,7 +69,7 @@ def test_a_file_is_read_once_per_process_and_again_when_it_changes(tmp_path):
     import json as _json
     import os
 
-    from envs.memory_env import MemoryStoreEnv
+    from memrl_envs.memory_env import MemoryStoreEnv
 
     path = tmp_path / "tasks.jsonl"
     row = {"chunks": ["a b c"], "questions_and_answers": [{"question": "q", "answer": "a"}]}

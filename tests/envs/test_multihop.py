@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from envs.multihop import (
+from memrl_envs.multihop import (
     CITIES,
     COMPANIES,
     FACT_RE,

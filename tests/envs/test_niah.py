@@ -3,7 +3,7 @@ import uuid
 
 import pytest
 
-from envs.niah import REPEAT_HAYSTACK, NiahConfig, make_task
+from memrl_envs.niah import REPEAT_HAYSTACK, NiahConfig, make_task
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])

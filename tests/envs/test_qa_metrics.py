@@ -1,6 +1,6 @@
 import pytest
 
-from envs.qa_metrics import em, extract_boxed, f1, normalize_answer, sub_em
+from memrl_envs.qa_metrics import em, f1, normalize_answer, sub_em
 
 
 def test_normalize_answer_is_squad_normalisation():
@@ -8,34 +8,6 @@ def test_normalize_answer_is_squad_normalisation():
     assert normalize_answer("An apple a day") == "apple day"
     assert normalize_answer("theatre") == "theatre"  # articles only as whole words
     assert normalize_answer("...") == ""
-
-
-def test_extract_boxed_takes_the_last_box_and_balances_braces():
-    assert extract_boxed("so \\boxed{Paris}") == "Paris"
-    assert extract_boxed("\\boxed{a} then \\boxed{b}") == "b"
-    assert extract_boxed("\\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
-    assert extract_boxed("\\boxed{}") == ""
-    assert extract_boxed("no box here") is None
-    assert extract_boxed("\\boxed{open") is None
-    assert extract_boxed("\\boxed{x} and \\boxed{unclosed") is None  # only the last box counts, as in MemAgent's code
-
-
-class _CountedReads(str):
-    """A reply that counts how many characters are read one by one."""
-
-    reads = 0
-
-    def __getitem__(self, key):
-        type(self).reads += 1
-        return str.__getitem__(self, key)
-
-
-def test_extract_boxed_reads_a_hostile_reply_once_however_many_boxes_it_opens():
-    for opened in (200, 20_000):
-        reply = _CountedReads("\\boxed{" * opened + "x" * 100)
-        _CountedReads.reads = 0
-        assert extract_boxed(reply) is None
-        assert _CountedReads.reads <= len(reply)  # linear: a quadratic scan reads ~opened x len characters
 
 
 def test_em():

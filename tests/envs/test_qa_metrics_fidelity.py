@@ -1,4 +1,4 @@
-"""MemAgent's answer scoring in memrl (envs.qa_metrics, used by envs.chunk_stream) against an independent
+"""MemAgent's answer scoring in memrl (memrl_envs.qa_metrics, used by memrl_envs.chunk_stream) against an independent
 restatement of the authors' code, BytedTsinghua-SIA/MemAgent:
 
 - evaluation (taskutils/memory_eval/utils/__init__.py, ruler_hqa.py): SQuAD normalisation; EM and F1 against the
@@ -18,7 +18,8 @@ from collections import Counter
 
 import pytest
 
-from envs.qa_metrics import em, extract_boxed, f1, is_equiv, normalize_answer, sub_em
+from memrl.text import extract_boxed
+from memrl_envs.qa_metrics import em, f1, is_equiv, normalize_answer, sub_em
 
 
 # --- restatement of the authors' evaluation -------------------------------------------------------------------

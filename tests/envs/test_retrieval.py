@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from envs.retrieval import (
+from memrl_envs.retrieval import (
     NO_RESULTS,
     ActorRetriever,
     BM25Retriever,

@@ -9,10 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers memrl/ ids)
-from envs.encyclopedia import EncyclopediaConfig, make_world
-from envs.retrieval import BM25Retriever, HTTPRetriever, Passage, start_retrieval_server
-from envs.search import SearchEnv, find_action, load_questions, parse_action, read_block, split_answers, turns_hint
+import memrl_envs  # noqa: F401  (registers memrl/ ids)
+from memrl_envs.encyclopedia import EncyclopediaConfig, make_world
+from memrl_envs.retrieval import BM25Retriever, HTTPRetriever, Passage, start_retrieval_server
+from memrl.text import find_action
+from memrl_envs.search import SearchEnv, load_questions, parse_action, split_answers, turns_hint
 
 QA_ROWS = [
     {"question": "In which city is the head office of Quovex?", "golden_answers": ["New York City", "NYC"]},
@@ -243,8 +244,6 @@ def test_find_action_leaves_the_query_checks_to_the_env():
     assert find_action("<search>" + "x" * 300 + "</search>") == ("search", "x" * 300)
     assert parse_action("<search>" + "x" * 300 + "</search>", 256)[0] == "invalid"
     assert find_action("<think>t</think>") == ("invalid", "it holds neither <search> nor <answer>")
-    assert read_block("a<mem> m </mem>b", "mem") == (6, 9)
-    assert read_block("</mem><mem>", "mem") is None and read_block("<mem>", "mem") is None
 
 
 def test_fuzzed_actions_never_crash_and_always_end():

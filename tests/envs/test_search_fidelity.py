@@ -1,4 +1,4 @@
-"""The answer rewards of envs.search (MEM1 "em_sum", MemSearcher "f1", MemPO "answer_format") against independent
+"""The answer rewards of memrl_envs.search (MEM1 "em_sum", MemSearcher "f1", MemPO "answer_format") against independent
 restatements of the authors' scoring, built from their edge cases.
 
 - MEM1 (MIT-MI/MEM1, Mem1/train/verl/utils/reward_score/qa_multiple.py, compute_score_em, the one main_ppo.py
@@ -22,8 +22,8 @@ from collections import Counter
 
 import pytest
 
-from envs.encyclopedia import SearchQuestion
-from envs.search import SearchEnv
+from memrl_envs.encyclopedia import SearchQuestion
+from memrl_envs.search import SearchEnv
 
 
 def ref_norm(s):

@@ -4,8 +4,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers memrl/WebShop-v0)
-from envs.webshop import SEP, WebShopEnv, parse_action
+import memrl_envs  # noqa: F401  (registers memrl/WebShop-v0)
+from memrl_envs.webshop import SEP, WebShopEnv, parse_action
 
 SMALL = {"num_products": 60, "goals_per_product": 2, "test_goals": 20, "val_goals": 20}
 

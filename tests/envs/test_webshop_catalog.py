@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from envs.webshop_catalog import (
+from memrl_envs.webshop_catalog import (
     NO_PRICE_LIMIT,
     PRICE_GRID,
     Catalog,

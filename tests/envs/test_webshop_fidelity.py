@@ -2,7 +2,7 @@
 web_agent_site/engine/goal.py, with thefuzz 0.19 and spaCy's small English pipeline), on the original's own edge
 cases and on random goals and purchases.
 
-The restatement below is written from the original's logic, independently of envs.webshop_reward: products and
+The restatement below is written from the original's logic, independently of memrl_envs.webshop_reward: products and
 goals are the original's dicts, the fuzzy ratio is difflib's (thefuzz 0.19's fallback when python-Levenshtein is not
 installed), and the original's quirks are kept (the loop over the goal's options; a dict goal's options seen as
 (name, value) pairs).
@@ -17,8 +17,8 @@ import re
 
 import pytest
 
-from envs.webshop_catalog import Goal, Product, generate_catalog
-from envs.webshop_reward import COLOR_SET, purchase_reward
+from memrl_envs.webshop_catalog import Goal, Product, generate_catalog
+from memrl_envs.webshop_reward import COLOR_SET, purchase_reward
 
 # -- the original, restated ----------------------------------------------------------------------------------------
 _DROPPED = "".join(chr(code) for code in range(128, 256))

@@ -1,7 +1,7 @@
 import pytest
 
-from envs.webshop_catalog import Goal, Product
-from envs.webshop_reward import (
+from memrl_envs.webshop_catalog import Goal, Product
+from memrl_envs.webshop_reward import (
     fuzzy_process,
     normalize_color,
     option_matches,

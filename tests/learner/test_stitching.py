@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from envs.search import SearchEnv
+from memrl_envs.search import SearchEnv
 from memrl.learner.batching import check_rows, pad_rows
 from memrl.learner.stitching import stitch, tree_mask_and_positions
 from memrl.workflows import workflow_class

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from envs import multihop
+from memrl_envs import multihop
 from memrl.models.tiny import (
     DEFAULT_TOKENIZER,
     TinyModelConfig,

@@ -13,8 +13,8 @@ import pytest
 import ray
 from transformers import AutoTokenizer
 
-from envs.encyclopedia import EncyclopediaConfig, make_world
-from envs.retrieval import BM25Retriever
+from memrl_envs.encyclopedia import EncyclopediaConfig, make_world
+from memrl_envs.retrieval import BM25Retriever
 from memrl.engines import start_engine
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
@@ -346,8 +346,8 @@ def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episode
 def test_a_retrieval_actor_killed_during_a_round_costs_nothing(ray_session, tiny_checkpoint):
     import threading
 
-    from envs.encyclopedia import EncyclopediaConfig, make_world
-    from envs.retrieval import start_retrieval_server
+    from memrl_envs.encyclopedia import EncyclopediaConfig, make_world
+    from memrl_envs.retrieval import start_retrieval_server
 
     server = start_retrieval_server(make_world(EncyclopediaConfig()).passages, name="test-runner-retrieval")
     engine = _scripted_search_engine(tiny_checkpoint)

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 from transformers import AutoTokenizer
 
-import envs  # noqa: F401  (registers memrl/ ids)
+import memrl_envs  # noqa: F401  (registers memrl/ ids)
 from memrl.engines.base import GenerationOutput
 from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
 from memrl.workflows.base import LastObservationWorkflow

@@ -8,9 +8,9 @@ import pytest
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from memrl.sft import SUMMARY_FILE
-from tuned_examples import common, memagent_dapo, memagent_eval, memagent_sft
-from tuned_examples.common import train, training_budget
-from tuned_examples.memagent_dapo import (
+from memrl_tuned_examples import common, memagent_dapo, memagent_eval, memagent_sft
+from memrl_tuned_examples.common import train, training_budget
+from memrl_tuned_examples.memagent_dapo import (
     BASELINE,
     BASELINE_WINDOW,
     CPU_ITERATIONS,

@@ -10,9 +10,9 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from memrl.sft import SUMMARY_FILE
-from tuned_examples import memalpha_eval, memalpha_sft
-from tuned_examples.common import train
-from tuned_examples.memalpha_grpo import (
+from memrl_tuned_examples import memalpha_eval, memalpha_sft
+from memrl_tuned_examples.common import train
+from memrl_tuned_examples.memalpha_grpo import (
     ANSWERER,
     ANSWERER_CHECKPOINT,
     PAPER,

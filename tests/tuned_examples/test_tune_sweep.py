@@ -1,6 +1,6 @@
 import pytest
 
-from tuned_examples.tune_sweep import run_sweep
+from memrl_tuned_examples.tune_sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 

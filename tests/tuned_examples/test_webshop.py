@@ -6,12 +6,19 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from envs.webshop import WebShopEnv
+from memrl_envs.webshop import WebShopEnv
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
-from tuned_examples import mem1_webshop_ppo, webshop_eval, webshop_sft
-from tuned_examples.common import train
-from tuned_examples.webshop_agents import MAX_TOKENS, REACT_WINDOW, WORKFLOWS, env_config, warm_start, workflow_config
+from memrl_tuned_examples import mem1_webshop_ppo, webshop_eval, webshop_sft
+from memrl_tuned_examples.common import train
+from memrl_tuned_examples.webshop_agents import (
+    MAX_TOKENS,
+    REACT_WINDOW,
+    WORKFLOWS,
+    env_config,
+    warm_start,
+    workflow_config,
+)
 
 
 def _env_expert_reward(seed: int) -> float:

@@ -274,7 +274,7 @@ def test_real_chunk_stream_env_end_to_end_with_expert_actions(tokenizer, tiny_ch
     env's expert actions written as the model's replies: every episode ends with the full reward."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers memrl/ ids)
+    import memrl_envs  # noqa: F401  (registers memrl/ ids)
 
     env = gym.make("memrl/ChunkStream-v0", task="multihop", chunk_tokens=32, stream=stream,
                    tokenizer_path=str(tiny_checkpoint), num_docs=20)

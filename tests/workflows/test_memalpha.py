@@ -3,7 +3,7 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from envs.memory_env import MemoryStoreEnv
+from memrl_envs.memory_env import MemoryStoreEnv
 from memrl.engines.base import GenerationOutput
 from memrl.rollout.loop import Task, run_episode
 from memrl.workflows import workflow_class
@@ -39,8 +39,11 @@ def test_prompt_holds_tools_memory_and_chunk_and_halves_items_to_fit(tokenizer):
     small = MemAlphaWorkflow(tokenizer, max_items=20, max_prompt_tokens=len(workflow.prompt_ids()) - 100)
     small.reset(obs, info)
     assert "(10 most recent of 40)" in tokenizer.decode(small.prompt_ids())
-    no_insert = MemAlphaWorkflow(tokenizer, enabled=["core"])
+    no_insert = MemAlphaWorkflow(tokenizer)
+    no_insert.reset(*MemoryStoreEnv(num_chunks=1, enabled=("core",)).reset(seed=0))  # the env names its tools
     assert "new_memory_insert" not in no_insert.tools and "semantic_memory" not in no_insert.tools
+    with pytest.raises(ValueError, match="lacks tools"):
+        MemAlphaWorkflow(tokenizer).reset(obs, {k: v for k, v in info.items() if k != "tools"})
 
 
 def test_env_text_that_spells_control_tokens_stays_text(tokenizer):
@@ -118,7 +121,7 @@ def test_brief_prompt_shows_the_memory_and_the_chunk_only(tokenizer):
     env = MemoryStoreEnv(num_chunks=2)
     obs, info = env.reset(seed=0)
     env.step(env.expert_action())
-    obs, info = env._chunks[1], env._info("memory")
+    obs, info = env._chunks[1], {**info, **env._info("memory")}
     full, brief = MemAlphaWorkflow(tokenizer, tool_format="compact"), MemAlphaWorkflow(tokenizer, prompt="brief")
     for workflow in (full, brief):
         workflow.reset(obs, info)
@@ -134,7 +137,7 @@ def test_a_flat_paragraph_memory_is_shown_and_rewritten_without_tools(tokenizer,
     env = MemoryStoreEnv(memory="text", num_chunks=2)
     obs, info = env.reset(seed=0)
     env.step(env.expert_action())
-    info = env._info("memory")
+    info = {**info, **env._info("memory")}
     workflow = MemAlphaWorkflow(tokenizer, prompt=prompt)
     workflow.reset(env._chunks[1], info)
     text = tokenizer.decode(workflow.prompt_ids())

@@ -6,9 +6,9 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from envs.retrieval import BM25Retriever, Passage
-from envs.search import SearchEnv, parse_action
-from envs.text_space import clean
+from memrl_envs.retrieval import BM25Retriever, Passage
+from memrl_envs.search import SearchEnv, parse_action
+from memrl_envs.text_space import clean
 from memrl.episode import Conversation
 from memrl.workflows import workflow_class
 from memrl.workflows.search import MEM1Workflow, MemPOWorkflow, MemSearcherWorkflow, TruncatedReActWorkflow
@@ -19,7 +19,7 @@ from memrl.workflows.search_prompts import (
     REACT_TEMPLATE,
     TOOL_RESPONSE,
 )
-from tuned_examples.search_agents import warm_start
+from memrl_tuned_examples.search_agents import warm_start
 
 CONFIGS = {
     "mem1": {"memory_tokens": 128},

@@ -14,8 +14,8 @@ from collections import Counter
 
 import pytest
 
-from envs.encyclopedia import SearchQuestion
-from envs.search import SearchEnv
+from memrl_envs.encyclopedia import SearchQuestion
+from memrl_envs.search import SearchEnv
 from memrl.workflows.search import MemSearcherWorkflow
 
 

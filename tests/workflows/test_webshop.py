@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from envs.webshop import WebShopEnv
+from memrl_envs.webshop import WebShopEnv
 from memrl.workflows import workflow_class
 from memrl.workflows.webshop import (
     MEM1_WEBSHOP_TEMPLATE,

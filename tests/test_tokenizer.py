@@ -6,8 +6,8 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from envs import tokenizer
-from envs.tokenizer import load_tokenizer, tokenizer_class_path
+from memrl import tokenizer
+from memrl.tokenizer import load_tokenizer, tokenizer_class_path
 
 TEXTS = ["Alice was born in 1987 and 2024.", "<|im_start|>user\nx=3.14159<|im_end|>", "naïve café 北京 12 345"]
 
@@ -17,7 +17,7 @@ def test_named_class_tokenizes_exactly_as_autotokenizer(tiny_checkpoint):
     class_path = tokenizer_class_path(tiny_checkpoint)
     assert class_path == f"{type(auto).__module__}:{type(auto).__qualname__}"
     # A fresh process, as a runner is: nothing loaded for this path yet.
-    code = ("import json, sys\nfrom envs.tokenizer import load_tokenizer\n"
+    code = ("import json, sys\nfrom memrl.tokenizer import load_tokenizer\n"
             f"tok = load_tokenizer({str(tiny_checkpoint)!r}, {class_path!r})\n"
             f"print(json.dumps([type(tok).__name__, [tok.encode(t) for t in {TEXTS!r}], 'torch' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -31,8 +31,8 @@ def test_a_runner_process_loads_its_tokenizer_and_envs_without_torch(tiny_checkp
     code = f"""
 import sys
 import gymnasium as gym
-import envs
-from envs.tokenizer import load_tokenizer, tokenizer_class_path
+import memrl_envs
+from memrl.tokenizer import load_tokenizer, tokenizer_class_path
 import memrl.rollout, memrl.workflows
 assert "torch" not in sys.modules, "importing the rollout side loaded torch"
 cls = {tokenizer_class_path(tiny_checkpoint)!r}
@@ -68,7 +68,7 @@ def test_the_class_is_found_once_per_checkpoint_and_then_loaded_without_the_auto
     assert tokenizer_class_path(tiny_checkpoint) == auto_class_path(tiny_checkpoint)
     # A fresh process, as a driver or a runner is: the class comes from the cache, so AutoTokenizer and what it
     # imports stay unloaded, and the tokenizer is AutoTokenizer's.
-    code = ("import json, sys\nfrom envs.tokenizer import load_tokenizer\n"
+    code = ("import json, sys\nfrom memrl.tokenizer import load_tokenizer\n"
             f"tok = load_tokenizer({str(tiny_checkpoint)!r})\n"
             f"print(json.dumps([[tok.encode(t) for t in {TEXTS!r}], [m for m in {HEAVY!r} if m in sys.modules]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -120,3 +120,44 @@ def _write_json(path: Path, data: dict) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+class ChatCodec:
+    """Prompt ids from chat messages and reply text from ids, with message contents always tokenized as text.
+
+    Env text and model replies are data: a passage or a reply that spells a control token such as `<|im_start|>`
+    gets ordinary tokens, never that token. Workflows build their prompts with it; so does the chat server."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._control_texts = tuple(token.content for token in tokenizer.added_tokens_decoder.values()
+                                    if token.special)
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Chat-templated token ids ending with the assistant generation prompt; message contents are text only."""
+        if not any(control in message["content"] for message in messages for control in self._control_texts):
+            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                           return_dict=False))
+        # Some content spells a control token: render the template around private-use marker characters, tokenize
+        # the template's own text as usual and each content as plain text.
+        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]
+        rendered = self.tokenizer.apply_chat_template(
+            [{**message, "content": mark} for message, mark in zip(messages, marks)],
+            add_generation_prompt=True, tokenize=False)
+        ids, done = [], 0
+        for message, mark in zip(messages, marks):
+            at = rendered.find(mark, done)
+            if at < 0:  # the template leaves this message out
+                continue
+            ids += self.tokenizer.encode(rendered[done:at], add_special_tokens=False)
+            ids += self.text_ids(message["content"])
+            done = at + len(mark)
+        return ids + self.tokenizer.encode(rendered[done:], add_special_tokens=False)
+
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of `text` as plain text: a control token's spelling gives ordinary tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def decode(self, ids: list[int]) -> str:
+        """Response text without special tokens (the stop token included in `ids` is dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
