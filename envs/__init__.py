@@ -1,4 +1,6 @@
-"""Gymnasium text environments shipped with memrl, registered under the `memrl/` namespace."""
+"""memrl's sample gymnasium text envs (the folder envs/, installed as memrl_envs): a package built on memrl's core
+as a user's own would be. Importing it registers the `memrl/` ids; memrl imports it in each process that makes envs
+through the `memrl.plugins` entry point it declares (memrl.plugins), never by name."""
 
 import gymnasium
 
@@ -8,4 +10,3 @@ gymnasium.register(id="memrl/Search-v0", entry_point="memrl_envs.search:SearchEn
 gymnasium.register(id="memrl/MemoryStore-v0", entry_point="memrl_envs.memory_env:MemoryStoreEnv")
 gymnasium.register(id="memrl/WebShop-v0", entry_point="memrl_envs.webshop:WebShopEnv")
 gymnasium.register(id="memrl/Copy-v0", entry_point="memrl_envs.copying:CopyEnv")
-

@@ -1,4 +1,5 @@
-"""A checkpoint's tokenizer, loaded once per process, exactly as `AutoTokenizer.from_pretrained` loads it.
+"""A checkpoint's tokenizer, loaded once per process exactly as `AutoTokenizer.from_pretrained` loads it, and
+ChatCodec, which turns chat messages into prompt ids with every message content kept as text.
 
 Finding the class AutoTokenizer picks imports transformers' auto classes, and with them torch and its modelling code
 (about 2 s of CPU per process on a small machine), while the tokenizer classes themselves need neither. So the class

@@ -1,0 +1,75 @@
+"""The direction of the imports: the core (memrl/) never reaches into the sample envs, the tuned examples or the
+benchmarks, the envs never into the examples or benchmarks, and nothing imports a folder by its checkout name."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTALLED = {"envs": "memrl_envs", "tuned_examples": "memrl_tuned_examples", "benchmarks": "memrl_benchmarks"}
+"""Each top-level folder beside memrl/ and the name it installs as (pyproject.toml's package-dir)."""
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in the file, at any depth (function-level imports included), and of
+    every string constant outside docstrings that names a dotted module the way entry points and import_module do."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.append((node.lineno, node.module))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and ("." in node.value or ":" in node.value)
+              and node.value.split(":")[0].replace(".", "").replace("_", "").isalnum()):
+            found.append((node.lineno, node.value.split(":")[0]))
+    return sorted(found)
+
+
+def offences(folder: str, forbidden: set[str]) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line} imports {module}"
+            for path in sorted((ROOT / folder).rglob("*.py"))
+            for line, module in imported_modules(path)
+            if module.split(".")[0] in forbidden]
+
+
+def test_the_core_imports_none_of_the_packages_built_on_it():
+    assert offences("memrl", set(INSTALLED) | set(INSTALLED.values())) == []
+
+
+def test_the_envs_import_only_the_core():
+    assert offences("envs", {"tuned_examples", "benchmarks", "memrl_tuned_examples", "memrl_benchmarks"}) == []
+
+
+@pytest.mark.parametrize("folder", ["memrl", "envs", "tuned_examples", "benchmarks", "tests"])
+def test_nothing_imports_a_folder_by_its_checkout_name(folder):
+    # `import envs` works in a checkout (its root on sys.path) and fails once installed, where the folder is
+    # memrl_envs: one import name per folder.
+    assert offences(folder, set(INSTALLED)) == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = [f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{alias.name}"
+               for folder in ("memrl", "envs")
+               for path in sorted((ROOT / folder).rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ImportFrom) and node.level == 0
+               and node.module.split(".")[0] in ("memrl", "memrl_envs")
+               for alias in node.names if alias.name.startswith("_")]
+    assert private == []
+
+
+def test_the_walk_sees_every_kind_of_import(tmp_path):
+    # The checks above are only as good as this reader: it must catch each way a module can be named.
+    source = ('"""Docstring naming memrl_envs.search."""\nimport memrl_envs\nfrom memrl_envs.search import X\n'
+              'def f():\n    from memrl_envs import echo\n    return "memrl_envs.echo:EchoEnv"\n'
+              'from . import sibling\n')
+    (tmp_path / "m.py").write_text(source)
+    assert imported_modules(tmp_path / "m.py") == [(2, "memrl_envs"), (3, "memrl_envs.search"),
+                                                   (5, "memrl_envs"), (6, "memrl_envs.echo")]
