@@ -264,8 +264,8 @@ class ChunkStreamEnv(gym.Env):
     1.0 when it keeps every gold fact the previous memory held and every one the chunk just read completes, and
     adds no other document's text; else 0.0. Each call answers only for what it changed, so a fact lost or a
     distractor written is scored once, where it happened. The final info's "row_rewards" gives each memory its
-    score and the answer its exact match (per-call rewards for `training.call_advantages`); its metrics add
-    "memory_score", their mean.
+    score and the answer its exact match (per-call rewards, for the "call_by_position" advantage estimator); its
+    metrics add "memory_score", their mean.
     """
 
     metadata: ClassVar[dict] = {"render_modes": []}

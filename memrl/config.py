@@ -157,12 +157,16 @@ class TrainingConfig:
     the above-mean trajectories alone (rejection-sampling fine-tuning weighted by the advantage). A sharp policy's
     wrong samples are rare slips of low probability, whose push-down carries most of the gradient; a smaller weight
     leaves more of the update to the right samples that greedy decoding does not yet take."""
-    call_advantages: bool = False
-    """Credit each call on its own: a conversation's advantage is its own reward (Conversation.reward, which the env
-    gives per call in its final info's "row_rewards", as ChunkStream-v0 does with score_memories) minus the mean of
-    its group's conversations at the same position in their trajectories (the same chunk of one task, in MemAgent),
-    over their std when norm_adv_by_std. False gives every conversation its trajectory's advantage (the papers'
-    outcome reward); Mem-α, whose rows always carry their own rewards, then compares a row with all of its group's."""
+    advantage_estimator: str = "group"
+    """The advantage estimator (memrl.learner.advantages.ADVANTAGES, or "module:function"): "group" gives every
+    conversation its trajectory's group-relative advantage (the papers' outcome reward); "call_by_position" credits
+    each call on its own reward (Conversation.reward, which the env gives per call in its final info's
+    "row_rewards", as ChunkStream-v0 does with score_memories) against its group's calls at the same position; "call"
+    against all of its group's calls (Mem-α); "gae" (PPO) and "mempo" (MemPO) are their methods' own."""
+    reward_shapers: tuple[str, ...] = ("overlong", "kl_in_reward")
+    """Terms added to each trajectory's reward before the advantages, in order (memrl.learner.advantages.
+    REWARD_SHAPERS, or "module:function"); the built-in two do nothing unless overlong_buffer_tokens or
+    loss.kl_in_reward asks for them."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (DAPO dynamic sampling) and sample more to refill the batch."""
     dynamic_sampling_max_rounds: int = 3
@@ -329,6 +333,8 @@ class AlgorithmConfig(_Config):
     algo_class: type | None = None
     min_group_size: int = 1
     """Fewest trajectories per task the algorithm can learn from (group-relative advantages need two)."""
+    has_critic: bool = False
+    """Whether the algorithm trains a critic (PPO), whose values the "gae" advantage estimator needs."""
 
     def __init__(self):
         self.environment_cfg = EnvConfig()
@@ -398,12 +404,10 @@ class AlgorithmConfig(_Config):
             raise ValueError("environment.env is not set; pass a registered gymnasium id, e.g. 'memrl/Echo-v0'")
         if not learn.model_path:
             raise ValueError("learners.model_path is not set; pass a local Hugging Face checkpoint directory")
-        if run.engine not in ENGINES:
-            raise ValueError(f"env_runners.engine={run.engine!r} is not allowed; choose one of {sorted(ENGINES)}")
-        from memrl.workflows import WORKFLOWS
+        ENGINES.check(run.engine)
+        from memrl.workflows import workflow_class
 
-        if run.workflow not in WORKFLOWS:
-            raise ValueError(f"env_runners.workflow={run.workflow!r} is not registered; allowed: {sorted(WORKFLOWS)}")
+        workflow_class(run.workflow)
         if not isinstance(run.num_env_runners, numbers.Integral) or run.num_env_runners < 0:
             raise ValueError(f"env_runners.num_env_runners={run.num_env_runners!r} is not allowed; it must be an "
                              "integer >= 0 (0: the runners run in the algorithm's process)")
@@ -460,10 +464,20 @@ class AlgorithmConfig(_Config):
                              f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
         if not train.lr > 0:
             raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
-        if train.call_advantages and (train.overlong_buffer_tokens or train.loss.kl_in_reward):
-            raise ValueError("training.call_advantages=True is not allowed with overlong_buffer_tokens or "
-                             "loss.kl_in_reward: both shape the trajectory's reward, and call advantages use each "
-                             "call's own")
+        from memrl.learner.advantages import ADVANTAGES, REWARD_SHAPERS
+
+        ADVANTAGES.check(train.advantage_estimator)
+        for shaper in train.reward_shapers:
+            REWARD_SHAPERS.check(shaper)
+        if train.advantage_estimator in ("call", "call_by_position") and (train.overlong_buffer_tokens
+                                                                          or train.loss.kl_in_reward):
+            raise ValueError(f"training.advantage_estimator={train.advantage_estimator!r} is not allowed with "
+                             "overlong_buffer_tokens or loss.kl_in_reward: both shape the trajectory's reward, and "
+                             "call advantages use each call's own")
+        if (train.advantage_estimator == "gae") != self.has_critic:
+            raise ValueError(f"training.advantage_estimator={train.advantage_estimator!r} is not allowed for "
+                             f"{type(self).__name__}: 'gae' needs a critic's values, and only PPO trains a critic "
+                             "(PPO needs 'gae')")
         if not 0 <= train.negative_advantage_weight <= 1:
             raise ValueError(f"training.negative_advantage_weight={train.negative_advantage_weight!r} is not "
                              "allowed; it must be in [0, 1]")

@@ -40,7 +40,8 @@ def test_the_wheel_holds_memrls_names_only_and_its_package_data(wheel):
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == TOP_LEVEL
     assert "memrl/models/tiny_tokenizer.json" in names
-    assert {"memrl_envs/search.py", "memrl_tuned_examples/memagent_dapo.py", "memrl_benchmarks/runtime.py"} <= set(names)
+    shipped = {"memrl_envs/search.py", "memrl_tuned_examples/memagent_dapo.py", "memrl_benchmarks/runtime.py"}
+    assert shipped <= set(names)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "[memrl.plugins]\nmemrl_envs = memrl_envs" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -33,9 +33,9 @@ from memrl.console import verbose
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
-from memrl.learner.advantages import dynamic_sampling_mask, group_advantages
+from memrl.learner.advantages import ADVANTAGES, AdvantageInputs, dynamic_sampling_mask, shape_rewards
 from memrl.learner.learner_group import LearnerFailed, LearnerGroup
-from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figures, row_advantages, shape_rewards
+from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figures
 from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
@@ -391,37 +391,19 @@ class Algorithm(Recovery, tune.Trainable):
         ]
 
     def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
-        """Give every row of `batch` its per-token "advantages" and return figures for the result's "learners"
-        section: here each trajectory's group-relative advantage on all of its tokens, or with
-        training.call_advantages each call's own against the calls at its position (PPO and MemPO override this)."""
-        if self.cfg.training_cfg.call_advantages:
-            return self.assign_call_advantages(trajectories, batch, by_position=True, figure="call")
-        rewards = self.training_rewards(trajectories, batch.rows)
-        batch.assign_advantages(self.trajectory_advantages(trajectories, rewards))
-        return {}
-
-    def assign_call_advantages(self, trajectories: list[Trajectory], batch: RowBatch, by_position: bool,
-                               figure: str) -> dict[str, float]:
-        """Give each conversation the advantage of its own reward (`row_advantages`) and return the mean reward and
-        mean absolute advantage of the calls as `<figure>_reward_mean` and `<figure>_advantage_abs_mean`."""
+        """Give every row of `batch` its per-token "advantages" with training.advantage_estimator, from the rewards
+        training.reward_shapers leave (memrl.learner.advantages); returns figures for the result's "learners"
+        section."""
         train = self.cfg.training_cfg
-        advantages = row_advantages(trajectories, train.norm_adv_by_std, train.negative_advantage_weight,
-                                    by_position=by_position)
-        batch.assign_advantages(advantages)
-        rows = np.concatenate(advantages) if advantages else np.zeros(0)
-        return {f"{figure}_reward_mean": float(np.mean([c.reward for t in trajectories for c in t.conversations])),
-                f"{figure}_advantage_abs_mean": float(np.abs(rows).mean()) if rows.size else 0.0}
+        inputs = AdvantageInputs(trajectories, batch, train, self.cfg.env_runners_cfg.max_tokens,
+                                 score=lambda rows: self.learner_group.compute_logprobs(rows)[0],
+                                 values=self.critic_values())
+        inputs.rewards = shape_rewards(inputs)
+        return ADVANTAGES.get(train.advantage_estimator)(inputs)
 
-    def training_rewards(self, trajectories: list[Trajectory], rows: list[TrainRow]) -> np.ndarray:
-        """Rewards the advantages are computed from (see `shape_rewards`)."""
-        return shape_rewards(trajectories, rows, self.cfg.training_cfg, self.cfg.env_runners_cfg.max_tokens)
-
-    def trajectory_advantages(self, trajectories: list[Trajectory], rewards: np.ndarray) -> np.ndarray:
-        """One advantage per trajectory: reward minus group mean, over the group std when configured; negative ones
-        times training.negative_advantage_weight."""
-        train = self.cfg.training_cfg
-        return group_advantages(rewards, [t.group_id for t in trajectories], norm_std=train.norm_adv_by_std,
-                                negative_weight=train.negative_advantage_weight)
+    def critic_values(self):
+        """The critic's `compute_values(rows)`, for the "gae" estimator; None without a critic (PPO has one)."""
+        return None
 
     def _train_minibatches(self, rows: list[TrainRow], trajectories: list[Trajectory],
                            group: LearnerGroup | None = None) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 The env (memrl/MemoryStore-v0) gives each conversation (one reply per chunk) its reward r_acc + beta * r_compress +
 r_tool + gamma * r_content (Conversation.reward). A row's advantage is its reward minus the mean over all rows of the
-rollouts of the same task, divided by their std (paper, section 3.2); it lands on that row's tokens. The loss is the
+rollouts of the same task, divided by their std (paper, section 3.2; the "call" estimator of
+memrl.learner.advantages); it lands on that row's tokens. The loss is the
 token mean over all rows; the authors' script adds a KL loss of 1e-3 (the paper uses none).
 """
 
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import GRPOConfig
-from memrl.episode import Trajectory
 from memrl.learner.losses import LossConfig
-from memrl.learner.rows import RowBatch
 
 
 class MemAlphaConfig(GRPOConfig):
@@ -21,6 +20,7 @@ class MemAlphaConfig(GRPOConfig):
     def __init__(self):
         super().__init__()
         self.training_cfg.loss = LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean")
+        self.training_cfg.advantage_estimator = "call"
 
 
 class MemAlpha(Algorithm):
@@ -29,10 +29,6 @@ class MemAlpha(Algorithm):
     @classmethod
     def get_default_config(cls) -> MemAlphaConfig:
         return MemAlphaConfig()
-
-    def compute_advantages(self, trajectories: list[Trajectory], batch: RowBatch) -> dict[str, float]:
-        return self.assign_call_advantages(trajectories, batch, by_position=self.cfg.training_cfg.call_advantages,
-                                           figure="row")
 
 
 MemAlphaConfig.algo_class = MemAlpha

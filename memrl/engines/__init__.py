@@ -3,33 +3,30 @@
 
 from __future__ import annotations
 
-import importlib
+from memrl.registry import Registry
 
-ENGINES: dict[str, str] = {
-    "torch": "memrl.engines.torch_engine:TorchEngine",
-    "vllm": "memrl.engines.vllm_engine:VLLMEngine",
-}
-"""Engine name -> "module:class"; imported only when used, so memrl imports without vLLM."""
+ENGINES: Registry[type] = Registry("engine", "env_runners.engine")
+"""Inference engines by name: an InferenceEngine subclass (`@ENGINES.register("name")` on it), or a "module:class"
+string imported only when used, so memrl imports without vLLM."""
+ENGINES.register("torch", "memrl.engines.torch_engine:TorchEngine")
+ENGINES.register("vllm", "memrl.engines.vllm_engine:VLLMEngine")
 
 
 def check_engine_name(name: str) -> None:
-    """A ValueError naming the allowed engines unless `name` is one."""
-    if name not in ENGINES:
-        raise ValueError(f"engine={name!r} is not allowed; choose one of {sorted(ENGINES)}")
+    """A ValueError naming the registered engines unless `name` is one (or a "module:class" that imports)."""
+    ENGINES.check(name)
 
 
 def engine_class(name: str) -> type:
-    """The engine class registered as `name`."""
-    check_engine_name(name)
-    module, cls = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    """The engine class registered as `name`, or the class "module:class" names."""
+    return ENGINES.get(name)
 
 
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
                  resources: dict | None = None, placement: tuple | None = None, **engine_config):
-    """An inference engine actor (an ENGINES name) serving `model_path` on `num_cpus` CPUs (Ray sets the actor's
-    OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it may run on);
-    returns its handle at once.
+    """An inference engine actor (an ENGINES name or "module:class") serving `model_path` on `num_cpus` CPUs (Ray
+    sets the actor's OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it
+    may run on); returns its handle at once.
 
     `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
     without it the engine is outside any placement group the caller runs in."""

@@ -6,11 +6,15 @@ from dataclasses import dataclass
 
 import torch
 
+from memrl.registry import Registry
+
 KL_ESTIMATORS = ("k1", "k2", "k3")
 """Sample estimators of KL(pi || ref) from tokens drawn from pi (Schulman's k1/k2/k3)."""
 
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
-"""How per-token values are reduced to one scalar (names follow verl / Dr.GRPO)."""
+AGGREGATIONS: Registry = Registry("loss aggregation", "training.loss.aggregation")
+"""How per-token values are reduced to one scalar (names follow verl / Dr.GRPO): functions
+`(masked, mask, num_tokens, num_seqs, max_tokens) -> scalar` registered with `@AGGREGATIONS.register("name")`, where
+`masked` is the [B, T] values with 0 off the mask and the counts are the whole step's (see `aggregate`)."""
 
 OFF_POLICY_CORRECTIONS = ("none", "tis", "decoupled")
 """How tokens sampled under other weights than the learner's are weighted (LossConfig.off_policy_correction)."""
@@ -40,7 +44,7 @@ class LossConfig:
     kl_in_reward: bool = False
     """When True the KL is not part of the loss; kl_penalty_in_reward subtracts it from rewards instead."""
     aggregation: str = "token_mean"
-    """"token_mean", "seq_mean_token_mean" or "seq_mean_token_sum_norm" (Dr.GRPO)."""
+    """"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm" (Dr.GRPO), or another AGGREGATIONS name."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus subtracted from the loss; >= 0, 0 turns it off."""
     value_clip: float = 0.5
@@ -70,8 +74,7 @@ class LossConfig:
             raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"LossConfig.kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"LossConfig.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        AGGREGATIONS.check(self.aggregation)
         if not self.entropy_coef >= 0:
             raise ValueError(f"LossConfig.entropy_coef must be >= 0, got {self.entropy_coef}")
         if not self.value_clip >= 0:
@@ -168,32 +171,46 @@ def aggregate(
     num_seqs: float,
     max_tokens: int | None = None,
 ) -> torch.Tensor:
-    """Reduce per-token values [B, T] to a scalar, normalised by GLOBAL counts.
+    """Reduce per-token values [B, T] to a scalar with the AGGREGATIONS entry `mode`, normalised by GLOBAL counts.
 
     num_tokens and num_seqs count the real tokens and the rows holding any of them in the whole step (all
     micro-batches on all data-parallel ranks), so summing each micro-batch's result gives the mean over the step.
-    token_mean = sum(x * mask) / num_tokens;
-    seq_mean_token_mean = sum over rows of (row sum / max(1, row token count)) / num_seqs;
-    seq_mean_token_sum_norm = sum over rows of (row sum / max_tokens) / num_seqs (Dr.GRPO; max_tokens is a
-    constant such as the maximum response length).
     """
     _check_shapes(per_token, mask=mask)
+    reduce = AGGREGATIONS.get(mode)
     # where(), not a product: padding may hold inf/NaN (e.g. logprobs of pad tokens), and NaN * 0 is NaN.
     masked = torch.where(mask > 0, per_token, torch.zeros_like(per_token))
-    if mode == "token_mean":
-        if not num_tokens > 0:
-            raise ValueError(f"num_tokens must be > 0 for aggregation 'token_mean', got {num_tokens}")
-        return masked.sum() / num_tokens
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"aggregation mode must be one of {AGGREGATIONS}, got {mode!r}")
+    return reduce(masked, mask, num_tokens, num_seqs, max_tokens)
+
+
+def _need_rows(name: str, num_seqs: float) -> None:
     if not num_seqs > 0:
-        raise ValueError(f"num_seqs must be > 0 for aggregation {mode!r}, got {num_seqs}")
-    row_sums = masked.sum(dim=-1)
-    if mode == "seq_mean_token_mean":
-        return (row_sums / mask.sum(dim=-1).clamp(min=1)).sum() / num_seqs
+        raise ValueError(f"num_seqs must be > 0 for aggregation {name!r}, got {num_seqs}")
+
+
+@AGGREGATIONS.register("token_mean")
+def token_mean(masked, mask, num_tokens, num_seqs, max_tokens=None) -> torch.Tensor:
+    """sum(x * mask) / num_tokens: every token of the step weighs the same (DAPO)."""
+    if not num_tokens > 0:
+        raise ValueError(f"num_tokens must be > 0 for aggregation 'token_mean', got {num_tokens}")
+    return masked.sum() / num_tokens
+
+
+@AGGREGATIONS.register("seq_mean_token_mean")
+def seq_mean_token_mean(masked, mask, num_tokens, num_seqs, max_tokens=None) -> torch.Tensor:
+    """sum over rows of (row sum / max(1, row token count)) / num_seqs: every row weighs the same (GRPO)."""
+    _need_rows("seq_mean_token_mean", num_seqs)
+    return (masked.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)).sum() / num_seqs
+
+
+@AGGREGATIONS.register("seq_mean_token_sum_norm")
+def seq_mean_token_sum_norm(masked, mask, num_tokens, num_seqs, max_tokens=None) -> torch.Tensor:
+    """sum over rows of (row sum / max_tokens) / num_seqs (Dr.GRPO; max_tokens is a constant such as the maximum
+    response length)."""
+    _need_rows("seq_mean_token_sum_norm", num_seqs)
     if max_tokens is None or not max_tokens > 0:
         raise ValueError(f"aggregation 'seq_mean_token_sum_norm' needs max_tokens > 0, got {max_tokens}")
-    return (row_sums / max_tokens).sum() / num_seqs
+    return (masked.sum(dim=-1) / max_tokens).sum() / num_seqs
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 import numpy as np
-import torch
 
 from memrl.episode import Trajectory
-from memrl.learner.advantages import group_advantages, overlong_penalty
-from memrl.learner.losses import kl_penalty_in_reward
 from memrl.learner.stitching import stitch
-
-if TYPE_CHECKING:
-    from memrl.config import TrainingConfig
 
 
 class _RowTokens(TypedDict):
@@ -131,37 +125,3 @@ def importance_figures(rows: Sequence[TrainRow], rollout_logprobs: Sequence[np.n
     weights = np.exp(np.clip(gap, -20.0, 20.0))
     return {"is_weight_mean": float(weights.mean()), "is_weight_max": float(weights.max()),
             "is_capped_share": float((weights > cap).mean())}
-
-
-def row_advantages(trajectories: Sequence[Trajectory], norm_std: bool = True, negative_weight: float = 1.0,
-                   by_position: bool = False) -> list[np.ndarray]:
-    """Per trajectory, one advantage per conversation from its own reward (Conversation.reward): that reward minus
-    the mean over its group's conversations (all of them, or with `by_position` only those at the same position in
-    their trajectories: the same chunk of one task, in MemAgent), over their std when `norm_std`; below-mean ones
-    times `negative_weight`."""
-    rewards = np.array([c.reward for t in trajectories for c in t.conversations], dtype=np.float64)
-    groups = [f"{t.group_id}#{k}" if by_position else str(t.group_id)
-              for t in trajectories for k in range(len(t.conversations))]
-    flat = group_advantages(rewards, groups, norm_std=norm_std, negative_weight=negative_weight)
-    bounds = np.cumsum([0] + [len(t.conversations) for t in trajectories])
-    return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def shape_rewards(trajectories: Sequence[Trajectory], rows: Sequence[TrainRow], train: TrainingConfig,
-                  max_tokens: int) -> np.ndarray:
-    """Env rewards, shaped: DAPO's overlong penalty per conversation and, with kl_in_reward, minus kl_coef times
-    the KL summed over the trajectory's loss tokens (`rows` then carry ref_logprobs)."""
-    rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
-    if train.overlong_buffer_tokens:
-        for i, t in enumerate(trajectories):
-            lengths = [len(c.response_ids) for c in t.conversations]
-            rewards[i] += overlong_penalty(lengths, max_tokens, train.overlong_buffer_tokens,
-                                           train.overlong_penalty).sum()
-    if train.loss.kl_in_reward and train.loss.kl_coef > 0:
-        for row in rows:
-            lp, ref = torch.as_tensor(row["old_logprobs"]), torch.as_tensor(row["ref_logprobs"])
-            mask = torch.as_tensor(row["loss_mask"], dtype=torch.float32)
-            shaped = kl_penalty_in_reward(torch.zeros_like(lp), lp, ref, mask, train.loss.kl_coef,
-                                          train.loss.kl_estimator)
-            rewards[row["trajectory"]] += float(shaped.sum())
-    return rewards

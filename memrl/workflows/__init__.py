@@ -1,6 +1,6 @@
-"""Context policies, by name."""
+"""Context policies, by name: each workflow module registers its classes in WORKFLOWS (memrl.workflows.base)."""
 
-from memrl.workflows.base import LastObservationWorkflow, Workflow
+from memrl.workflows.base import WORKFLOWS, LastObservationWorkflow, Workflow
 from memrl.workflows.memagent import FullContextWorkflow, MemAgentWorkflow
 from memrl.workflows.memalpha import MemAlphaWorkflow
 from memrl.workflows.search import (
@@ -12,25 +12,16 @@ from memrl.workflows.search import (
 )
 from memrl.workflows.webshop import WebShopMEM1Workflow, WebShopReActWorkflow, WebShopTruncatedReActWorkflow
 
-WORKFLOWS: dict[str, type[Workflow]] = {
-    "last_observation": LastObservationWorkflow,
-    "memagent": MemAgentWorkflow,
-    "full_context": FullContextWorkflow,
-    "mem1": MEM1Workflow,
-    "memsearcher": MemSearcherWorkflow,
-    "mempo": MemPOWorkflow,
-    "memalpha": MemAlphaWorkflow,
-    "react": ReActWorkflow,
-    "react_truncated": TruncatedReActWorkflow,
-    "webshop_mem1": WebShopMEM1Workflow,
-    "webshop_react": WebShopReActWorkflow,
-    "webshop_react_truncated": WebShopTruncatedReActWorkflow,
-}
-"""Registered workflows; env runners look workflows up here by name."""
-
 
 def workflow_class(name: str) -> type[Workflow]:
-    """The workflow class registered as `name`."""
-    if name not in WORKFLOWS:
-        raise ValueError(f"unknown workflow {name!r}; registered: {sorted(WORKFLOWS)}")
-    return WORKFLOWS[name]
+    """The workflow registered as `name`, or the class "module:Name" names."""
+    cls = WORKFLOWS.get(name)
+    if not (isinstance(cls, type) and issubclass(cls, Workflow)):
+        raise ValueError(f"env_runners.workflow={name!r} is {cls!r}, not a memrl.workflows.Workflow subclass")
+    return cls
+
+
+__all__ = ["WORKFLOWS", "FullContextWorkflow", "LastObservationWorkflow", "MEM1Workflow", "MemAgentWorkflow",
+           "MemAlphaWorkflow", "MemPOWorkflow", "MemSearcherWorkflow", "ReActWorkflow", "TruncatedReActWorkflow",
+           "WebShopMEM1Workflow", "WebShopReActWorkflow", "WebShopTruncatedReActWorkflow", "Workflow",
+           "workflow_class"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
+from memrl.registry import Registry
 from memrl.tokenizer import ChatCodec
 
 if TYPE_CHECKING:
@@ -50,6 +51,11 @@ class Workflow(ChatCodec, ABC):
         info; they travel with the conversations (Conversation.probes). Most workflows have none."""
         return []
 
+WORKFLOWS: Registry[type[Workflow]] = Registry("workflow", "env_runners.workflow")
+"""Workflows by name: `@WORKFLOWS.register("name")` on a Workflow subclass; env runners look them up here."""
+
+
+@WORKFLOWS.register("last_observation")
 class LastObservationWorkflow(Workflow):
     """Each call sees the system prompt and the latest observation only; the reply is the action.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memrl.workflows.base import Workflow
+from memrl.workflows.base import WORKFLOWS, Workflow
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -77,6 +77,7 @@ class _AnswerParsing(Workflow):
         return action
 
 
+@WORKFLOWS.register("memagent")
 class MemAgentWorkflow(_AnswerParsing):
     """MemAgent: read the document chunk by chunk, overwriting a bounded text memory, then answer from memory.
 
@@ -125,6 +126,7 @@ class MemAgentWorkflow(_AnswerParsing):
         self.chunk = observation
 
 
+@WORKFLOWS.register("full_context")
 class FullContextWorkflow(_AnswerParsing):
     """The full-context baseline: one call sees the problem and the whole document, and answers in \\boxed{}.
 

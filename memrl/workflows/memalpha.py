@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from memrl.workflows.base import Workflow
+from memrl.workflows.base import WORKFLOWS, Workflow
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -81,6 +81,7 @@ def render_store(memory: dict, max_items: int) -> str:
     return "\n\n".join(parts)
 
 
+@WORKFLOWS.register("memalpha")
 class MemAlphaWorkflow(Workflow):
     """Mem-α: each call sees the tools and the memory, and writes tool calls for one chunk."""
 

@@ -19,7 +19,7 @@ import re
 from typing import TYPE_CHECKING
 
 from memrl.text import extract_boxed, find_action, read_block
-from memrl.workflows.base import Workflow, positive_int
+from memrl.workflows.base import WORKFLOWS, Workflow, positive_int
 from memrl.workflows.search_prompts import (
     MEM1_TEMPLATE,
     MEMORY_PROBE,
@@ -143,6 +143,7 @@ class _SearchWorkflow(Workflow):
         return "\n".join(lines)
 
 
+@WORKFLOWS.register("mem1")
 class MEM1Workflow(_SearchWorkflow):
     """MEM1: the internal state in <think> replaces the whole history each turn.
 
@@ -181,6 +182,7 @@ class MEM1Workflow(_SearchWorkflow):
         return f"<think>{self._expert_memory(memory)}</think>{action}"
 
 
+@WORKFLOWS.register("memsearcher")
 class MemSearcherWorkflow(_SearchWorkflow):
     """MemSearcher: the model reasons from the question and a compact memory, and rewrites the memory after each
     tool response.
@@ -255,6 +257,7 @@ class MemSearcherWorkflow(_SearchWorkflow):
         return f"{memory}<think>{_reasoning(action)}</think>\n{act}"
 
 
+@WORKFLOWS.register("mempo")
 class MemPOWorkflow(_SearchWorkflow):
     """MemPO: each reply starts with a <mem> summary of everything useful so far; the next call sees only that.
 
@@ -325,6 +328,7 @@ class MemPOWorkflow(_SearchWorkflow):
                 f"<{tag}>\n{content}\n</{tag}>")
 
 
+@WORKFLOWS.register("react")
 class ReActWorkflow(_SearchWorkflow):
     """ReAct with the full history: each call sees the prompt with the questions, then every previous reply (as
     an assistant message, verbatim) and every observation after it (as a user message), so the context grows
@@ -364,6 +368,7 @@ class ReActWorkflow(_SearchWorkflow):
         return f"<think>{_reasoning(action)}</think>\n{action}"
 
 
+@WORKFLOWS.register("react_truncated")
 class TruncatedReActWorkflow(ReActWorkflow):
     """ReAct with a sliding window: each call sees the prompt with the questions, then the most recent whole turns
     (reply and observation) that fit in `max_context_tokens`, older turns dropped first. The task prompt is always

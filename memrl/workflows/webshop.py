@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from memrl.workflows.base import Workflow, positive_int
+from memrl.workflows.base import WORKFLOWS, Workflow, positive_int
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -122,6 +122,7 @@ class _WebShopWorkflow(Workflow):
         return action
 
 
+@WORKFLOWS.register("webshop_mem1")
 class WebShopMEM1Workflow(_WebShopWorkflow):
     """MEM1 on WebShop: the <summary> replaces the history (see the module docstring)."""
 
@@ -176,6 +177,7 @@ class WebShopMEM1Workflow(_WebShopWorkflow):
                f"<answer>{action}</answer>"
 
 
+@WORKFLOWS.register("webshop_react")
 class WebShopReActWorkflow(_WebShopWorkflow):
     """ReAct on WebShop with the full history (see the module docstring)."""
 
@@ -210,6 +212,7 @@ class WebShopReActWorkflow(_WebShopWorkflow):
         return f"<think>{_reasoning(action)}</think><answer>{action}</answer>"
 
 
+@WORKFLOWS.register("webshop_react_truncated")
 class WebShopTruncatedReActWorkflow(WebShopReActWorkflow):
     """ReAct on WebShop in a sliding window of `max_context_tokens`: the task prompt, then the latest whole turns
     that fit (the oldest page kept becomes the first state). A window that cannot hold the prompt and the current

@@ -58,13 +58,15 @@ def test_negative_advantage_weight_scales_only_below_mean_trajectories(weight):
     # Rewards 1, 0, 0, 1 | 1, 1 in two groups: means 0.5 and 1, so advantages +0.5, -0.5, -0.5, +0.5 | 0, 0.
     trajectories = [_trajectory([1], r, g) for r, g in ((1.0, "a"), (0.0, "a"), (0.0, "a"), (1.0, "a"),
                                                         (1.0, "b"), (1.0, "b"))]
-    algo = DAPO.__new__(DAPO)  # trajectory_advantages reads only the config
+    algo = DAPO.__new__(DAPO)  # compute_advantages reads only the config here
     algo.cfg = DAPOConfig().training(negative_advantage_weight=weight)
-    advantages = algo.trajectory_advantages(trajectories, np.array([t.reward for t in trajectories]))
+    batch = build_rows(trajectories)
+    assert algo.compute_advantages(trajectories, batch) == {}
+    advantages = [float(row["advantages"][0]) for row in batch.rows]
     np.testing.assert_allclose(advantages, [0.5, -0.5 * weight, -0.5 * weight, 0.5, 0.0, 0.0])
 
 
-def test_call_advantages_give_each_conversation_its_own_reward_against_its_position():
+def test_call_by_position_advantages_give_each_conversation_its_own_reward_against_its_position():
     # MemAgent with ChunkStream's score_memories: two memory calls and the answer, each with its own reward.
     def scored(rewards):
         t = _trajectory([2, 1, 3], rewards[-1], "g")
@@ -74,7 +76,7 @@ def test_call_advantages_give_each_conversation_its_own_reward_against_its_posit
 
     trajectories = [scored([1.0, 1.0, 1.0]), scored([1.0, 0.0, 0.0])]
     algo = DAPO.__new__(DAPO)  # compute_advantages reads only the config here
-    algo.cfg = DAPOConfig().training(call_advantages=True)
+    algo.cfg = DAPOConfig().training(advantage_estimator="call_by_position")
     batch = build_rows(trajectories)
     figures = algo.compute_advantages(trajectories, batch)
     per_row = [float(row["advantages"][0]) for row in batch.rows]

@@ -3,7 +3,8 @@ import pytest
 
 from memrl.algorithms import MemAlphaConfig
 from memrl.episode import Conversation, Trajectory
-from memrl.learner.rows import build_rows, row_advantages
+from memrl.learner.advantages import row_advantages
+from memrl.learner.rows import build_rows
 
 
 def _trajectory(group: str, rewards: list[float]) -> Trajectory:

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memrl_envs.search import SearchEnv
-from memrl.algorithms.mempo import add_memory_advantages
+from memrl.learner.advantages import add_memory_advantages
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.advantages import memory_rewards
 from memrl.learner.batching import pad_rows

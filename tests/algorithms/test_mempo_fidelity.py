@@ -1,5 +1,5 @@
 """MemPO's memory reward and advantage (memrl.learner.advantages.memory_rewards, group_advantages and
-memrl.algorithms.mempo.add_memory_advantages) against the paper's formulas, restated here.
+memrl.learner.advantages.add_memory_advantages) against the paper's formulas, restated here.
 
 MemPO's public code could not be read (see /work/shared/DESIGN.md), so the paper is the spec: R^M = P[ans | mem]
 - P[ans | prefix] (eq. 4), P the L-th root of the product of the gold answer tokens' probabilities (eq. 5); the

@@ -7,7 +7,7 @@ import pytest
 import ray
 
 from memrl.algorithms import PPOConfig
-from memrl.algorithms.ppo import token_advantages, whiten
+from memrl.learner.advantages import token_advantages, whiten
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.rows import build_rows
 
@@ -86,9 +86,10 @@ def test_config_names_bad_values(tiny_checkpoint):
         base.copy().training(lam=1.5).validate()
     with pytest.raises(ValueError, match="training.critic_lr"):
         base.copy().training(critic_lr=0.0).validate()
-    with pytest.raises(ValueError, match="negative_advantage_weight=0.5 and call_advantages=False are not allowed "
-                                         "for PPO"):
+    with pytest.raises(ValueError, match="negative_advantage_weight=0.5 is not allowed for PPO"):
         base.copy().training(negative_advantage_weight=0.5).validate()
+    with pytest.raises(ValueError, match="advantage_estimator='group' is not allowed for PPOConfig"):
+        base.copy().training(advantage_estimator="group").validate()
     with pytest.raises(ValueError, match="no field 'gamma'"):
         from memrl.algorithms import DAPOConfig
 

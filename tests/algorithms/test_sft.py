@@ -135,9 +135,10 @@ def test_env_without_expert_action_is_refused(tokenizer):
         collect_expert_rows("memrl_test/NoExpert-v0", {}, "last_observation", {}, tokenizer, 1, 0)
 
 
-def test_workflow_without_or_with_a_wrong_expert_response_is_refused(tokenizer, monkeypatch):
-    monkeypatch.setitem(WORKFLOWS, "no_expert", NoExpertWorkflow)
-    monkeypatch.setitem(WORKFLOWS, "shouting", ShoutingWorkflow)
+def test_workflow_without_or_with_a_wrong_expert_response_is_refused(tokenizer):
+    for name, cls in (("no_expert", NoExpertWorkflow), ("shouting", ShoutingWorkflow)):
+        if name not in WORKFLOWS:
+            WORKFLOWS.register(name, cls)
     with pytest.raises(ValueError, match=r"workflow NoExpertWorkflow has no expert_response"):
         collect_expert_rows("memrl/Echo-v0", {}, "no_expert", {}, tokenizer, 1, 0)
     with pytest.raises(ValueError, match="must parse back to the expert action"):

@@ -6,7 +6,7 @@ from memrl.engines import ENGINES, engine_class, start_engine
 
 
 def test_unknown_engines_are_refused_naming_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"engine='sglang' is not allowed; choose one of \['torch', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"engine='sglang' is not registered; choose one of \['torch', 'vllm'\]"):
         start_engine("/nowhere", "sglang")
 
 

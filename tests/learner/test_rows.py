@@ -1,46 +1,15 @@
-"""Learner rows: laid out once (plain or stitched), shaped rewards, and advantages per trajectory or per call."""
+"""Learner rows: laid out once (plain or stitched), with advantages per trajectory or per call on their tokens."""
 
 import numpy as np
 import pytest
 
-from memrl.config import TrainingConfig
 from memrl.episode import Conversation, Trajectory
-from memrl.learner.losses import LossConfig
-from memrl.learner.rows import build_rows, importance_figures, row_advantages, shape_rewards
+from memrl.learner.rows import build_rows, importance_figures
 
 
 def _traj(reward: float, response_lengths: list[int], group: str = "g") -> Trajectory:
     convs = [Conversation(prompt_ids=[1, 2], response_ids=[5] * n, logprobs=[-1.0] * n) for n in response_lengths]
     return Trajectory(convs, reward=reward, group_id=group)
-
-
-def test_plain_rewards_pass_through():
-    trajs = [_traj(1.0, [3, 2]), _traj(0.0, [4])]
-    rows = build_rows(trajs).rows
-    assert len(rows) == 3 and [len(r["response_ids"]) for r in rows] == [3, 2, 4]
-    np.testing.assert_array_equal(shape_rewards(trajs, rows, TrainingConfig(), max_tokens=10), [1.0, 0.0])
-
-
-def test_overlong_penalty_per_conversation():
-    # max 10, buffer 4: length <= 6 free; 8 -> -(8-6)/4 = -0.5; 10 -> -1
-    trajs = [_traj(1.0, [8, 10]), _traj(1.0, [6])]
-    train = TrainingConfig(overlong_buffer_tokens=4, overlong_penalty=1.0)
-    rewards = shape_rewards(trajs, build_rows(trajs).rows, train, max_tokens=10)
-    np.testing.assert_allclose(rewards, [1.0 - 0.5 - 1.0, 1.0])
-
-
-def test_kl_in_reward_sums_over_loss_tokens():
-    trajs = [_traj(1.0, [2, 1])]
-    rows = build_rows(trajs).rows
-    # rollout logprob -1 everywhere; ref -1 - ln2 -> log ratio ln2, k1 = ln2 per token
-    for row in rows:
-        row["ref_logprobs"] = np.full(len(row["response_ids"]), -1.0 - np.log(2), dtype=np.float32)
-    rows[0]["loss_mask"] = np.array([1, 0], dtype=np.int8)  # a masked (env) token carries no KL
-    train = TrainingConfig(loss=LossConfig(kl_coef=0.1, kl_estimator="k1", kl_in_reward=True))
-    rewards = shape_rewards(trajs, rows, train, max_tokens=10)
-    assert rewards[0] == pytest.approx(1.0 - 0.1 * 2 * np.log(2), abs=1e-6)
-    train.loss.kl_in_reward = False  # KL in the loss instead: rewards untouched
-    assert shape_rewards(trajs, rows, train, max_tokens=10)[0] == 1.0
 
 
 def test_stitched_rows_put_each_conversations_arrays_on_its_own_tokens():
@@ -87,24 +56,3 @@ def test_importance_figures_count_loss_tokens_only():
     assert figures["is_weight_mean"] == pytest.approx(3.0)
     assert figures["is_weight_max"] == pytest.approx(6.0)
     assert figures["is_capped_share"] == pytest.approx(1 / 3)
-
-
-def _scored(rewards: list[float], group: str) -> Trajectory:
-    convs = [Conversation(prompt_ids=[1, 2], response_ids=[5, 6], logprobs=[-1.0, -1.0], reward=r) for r in rewards]
-    return Trajectory(convs, reward=rewards[-1], group_id=group)
-
-
-def test_call_advantages_compare_calls_at_the_same_position_of_one_group():
-    # Group "a": three trajectories of three calls; group "b": two of two. Call k of a trajectory is compared with
-    # call k of its group's other trajectories only.
-    trajs = [_scored([1, 1, 1], "a"), _scored([1, 0, 1], "a"), _scored([1, 1, 0], "a"),
-             _scored([0, 1], "b"), _scored([1, 1], "b")]
-    adv = row_advantages(trajs, norm_std=False, by_position=True)
-    np.testing.assert_allclose(np.concatenate(adv[:3]), [0, 1 / 3, 1 / 3, 0, -2 / 3, 1 / 3, 0, 1 / 3, -2 / 3])
-    np.testing.assert_allclose(np.concatenate(adv[3:]), [-0.5, 0, 0.5, 0])
-    # Against the whole group instead (Mem-α's rows): group "a" has mean 7/9.
-    flat = row_advantages(trajs, norm_std=False)
-    np.testing.assert_allclose(flat[1], np.array([1, 0, 1]) - 7 / 9)
-    # Below-mean calls scaled by the negative weight, the others untouched.
-    half = row_advantages(trajs, norm_std=False, negative_weight=0.5, by_position=True)
-    np.testing.assert_allclose(half[1], [0, -1 / 3, 1 / 3])

@@ -143,8 +143,8 @@ def test_each_memory_write_is_credited_on_its_own(ray_session):
            .environment(env_config={**config(WARM_START).environment_cfg.env_config, "num_docs": NUM_DOCS,
                                     "score_memories": True})
            .env_runners(num_envs_per_env_runner=4)
-           .training(tasks_per_iteration=1, group_size=4, call_advantages=True, dynamic_sampling=False,
-                     max_staleness=0))
+           .training(tasks_per_iteration=1, group_size=4, advantage_estimator="call_by_position",
+                     dynamic_sampling=False, max_staleness=0))
     algo = cfg.build()
     try:
         for _ in range(2):

@@ -24,7 +24,7 @@ def test_last_observation_prompts_and_actions(tokenizer):
 def test_registry_and_errors(tokenizer):
     assert workflow_class("last_observation") is LastObservationWorkflow
     assert "last_observation" in WORKFLOWS
-    with pytest.raises(ValueError, match="unknown workflow 'no_such_workflow'; registered"):
+    with pytest.raises(ValueError, match="env_runners.workflow='no_such_workflow' is not registered; choose one of"):
         workflow_class("no_such_workflow")
     with pytest.raises(TypeError):
         LastObservationWorkflow(tokenizer, unknown=1)
