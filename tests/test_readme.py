@@ -132,3 +132,14 @@ def test_every_make_command_of_the_readme_is_a_target_of_the_makefile():
     assert commands <= targets, sorted(commands - targets)
     # The quick subset is the suite without the tests marked slow, through the same venv.
     assert re.search(r'^test-quick: setup\n\t\$\(PY\) -m pytest -m "not slow"$', makefile, flags=re.M)
+
+
+RUN_BLOCKS = ("from memrl.algorithms import DAPOConfig", "import gymnasium", "from memrl.algorithms import SFTConfig",
+              "import memrl_envs  # registers memrl/WebShop-v0", "# Learners where",
+              "# my_memory/my_memory/__init__.py", "from pathlib import Path\n\nfrom ray import tune\n")
+"""How each python block of the README starts, as the tests that run it find it (the last two: test_extending)."""
+
+
+def test_every_python_block_of_the_readme_is_run_by_a_test():
+    unrun = [block.splitlines()[0] for block in _python_blocks() if not block.startswith(RUN_BLOCKS)]
+    assert unrun == []
