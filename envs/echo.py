@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import random
 import time
 
 import gymnasium as gym
@@ -22,16 +23,22 @@ class EchoEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, num_turns: int = 2, reward: str = "exact", max_action_chars: int = 256,
-                 step_delay_s: float = 0.0, failure_rate: float = 0.0):
+                 step_delay_s: float = 0.0, failure_rate: float = 0.0, io_jitter_s: float = 0.0):
         """`step_delay_s` simulates a slow world (a remote tool or search call) on every step; `failure_rate` is the
         share of episodes (drawn from the reset seed) that a simulated outage ends on their first step, flagged in
-        info["failure"] as an env ends an episode it cannot finish."""
+        info["failure"] as an env ends an episode it cannot finish. `io_jitter_s` > 0 makes every step also wait a
+        random time up to that long, different on every run (a remote service's latency), and the env step in a
+        thread as envs that wait on I/O do (metadata["blocking_io"])."""
         if num_turns < 1:
             raise ValueError(f"EchoEnv num_turns must be >= 1, got {num_turns}")
         if not 0.0 <= failure_rate <= 1.0:
             raise ValueError(f"EchoEnv failure_rate must be in [0, 1], got {failure_rate}")
         if reward not in ("exact", "similarity"):
             raise ValueError(f"EchoEnv reward={reward!r} is not allowed; choose 'exact' or 'similarity'")
+        if not io_jitter_s >= 0:
+            raise ValueError(f"EchoEnv io_jitter_s must be >= 0, got {io_jitter_s}")
+        self.io_jitter_s = io_jitter_s
+        self.metadata = {**type(self).metadata, "blocking_io": io_jitter_s > 0}
         self.reward = reward
         self.num_turns = num_turns
         self.step_delay_s = step_delay_s
@@ -58,7 +65,7 @@ class EchoEnv(gym.Env):
     def step(self, action: str):
         if self._turn >= self.num_turns:
             raise RuntimeError("EchoEnv.step called after the episode ended; call reset() first")
-        time.sleep(self.step_delay_s)
+        time.sleep(self.step_delay_s + (random.random() * self.io_jitter_s if self.io_jitter_s else 0.0))
         if self._fails:
             self._turn = self.num_turns
             return "", 0.0, False, True, {"turn": 1, "correct": False, "format_ok": False,

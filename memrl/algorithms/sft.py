@@ -20,6 +20,7 @@ weights). Held-out episodes run on env_config updated with evaluation.evaluation
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -325,15 +326,23 @@ def greedy_rewards(engine: InferenceEngine, env_id: str, env_config: dict, workf
 
     async def run_all(tasks: list[Task]) -> list[Trajectory]:
         respond = BatchingResponder(generate_batch)
+        envs = [make_env(env_id, env_config) for _ in tasks]
+        unfinished = len(tasks)
+        if any(env.metadata.get("blocking_io") for env in envs):  # steps end in the server's order: rounds
+            respond.rounds = lambda: unfinished
 
-        async def one(task: Task) -> Trajectory:
-            env = make_env(env_id, env_config)
+        async def one(position: int, task: Task, env) -> Trajectory:
+            nonlocal unfinished
             try:
-                return await run_episode(env, workflow_cls(tokenizer, **workflow_config), task, respond,
-                                         max_calls=max_calls, max_model_len=engine.max_model_len())
+                return await run_episode(env, workflow_cls(tokenizer, **workflow_config), task,
+                                         functools.partial(respond, key=position), max_calls=max_calls,
+                                         max_model_len=engine.max_model_len())
             finally:
                 env.close()
+                unfinished -= 1
+                if respond.rounds is not None:
+                    respond.check()
 
-        return await asyncio.gather(*(one(t) for t in tasks))
+        return await asyncio.gather(*(one(i, t, env) for i, (t, env) in enumerate(zip(tasks, envs))))
 
     return [t.reward for t in asyncio.run(run_all(_tasks(seeds, task_options)))]

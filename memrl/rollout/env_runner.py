@@ -8,6 +8,7 @@ waiting, and the batches are the same on every run with the same seeds.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 
@@ -122,15 +123,24 @@ class EnvRunner:
         free_envs: asyncio.Queue = asyncio.Queue()
         for index in range(len(self.envs)):
             free_envs.put_nowait(index)
+        unfinished = len(tasks)
+        # Envs that step in threads finish their steps in the server's order: batches then go out in rounds, once
+        # every running episode waits (as many as there are envs, while tasks remain to fill them).
+        rounds = any(env.metadata.get("blocking_io") for env in self.envs)
+        self._respond.rounds = (lambda: min(len(self.envs), unfinished)) if rounds else None
 
-        async def run(task: Task) -> Trajectory:
+        async def run(position: int, task: Task) -> Trajectory:
+            nonlocal unfinished
             index = await free_envs.get()
             try:
-                return await self._run_with_retries(index, task)
+                return await self._run_with_retries(index, task, position)
             finally:
                 free_envs.put_nowait(index)
+                unfinished -= 1
+                if rounds:
+                    self._respond.check()
 
-        jobs = [asyncio.ensure_future(run(task)) for task in tasks]
+        jobs = [asyncio.ensure_future(run(position, task)) for position, task in enumerate(tasks)]
         try:
             trajectories = await asyncio.gather(*jobs)
         except BaseException:
@@ -138,16 +148,19 @@ class EnvRunner:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
+        finally:
+            self._respond.rounds = None
         self._stats["sample_s"] = time.perf_counter() - start
         self._stats["trajectories"] = len(trajectories)
         self._stats["episodes_failed"] = sum(1 for t in trajectories if t.failure)
         return to_arrow(list(trajectories), self._metadata), dict(self._stats)
 
-    async def _run_with_retries(self, index: int, task: Task) -> Trajectory:
+    async def _run_with_retries(self, index: int, task: Task, position: int = 0) -> Trajectory:
         for attempt in range(self.spec.episode_retries + 1):
             try:
                 workflow = self.workflow_cls(self.tokenizer, **self.spec.workflow_config)
-                return await run_episode(self.envs[index], workflow, task, self._respond,
+                return await run_episode(self.envs[index], workflow, task,
+                                         functools.partial(self._respond, key=position),
                                          max_calls=self.spec.max_calls, max_model_len=self._max_model_len,
                                          timers=self._stats)
             except EngineFailed:

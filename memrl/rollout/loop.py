@@ -7,9 +7,11 @@ evaluation) or the scripted expert (SFT's training rows). Episodes that run conc
 a `BatchingResponder`, so every request pending at the same moment goes to the engine as one batch; env steps are
 synchronous, so the batches are the same on every run with the same seeds.
 
-An env whose `metadata["blocking_io"]` is true (a search env asking an HTTP server or a retrieval actor) steps in a
-worker thread instead, so one slow request holds up only its own episode; which requests then share an engine
-batch depends on the server's timing. An env that cannot finish an episode through no fault of the policy ends it
+An env whose `metadata["blocking_io"]` is true (a search env asking an HTTP server or a retrieval actor, Mem-α's
+memory env asking its answerer) steps in a worker thread instead, so the event loop stays free while it waits. Its
+steps end in whatever order the server answers, so the responder then works in rounds (`BatchingResponder.rounds`):
+a batch goes out once every running episode waits for a reply, its requests in task order, and the batches stay the
+same on every run with the same seeds. An env that cannot finish an episode through no fault of the policy ends it
 with `info["failure"]` saying why; the trajectory carries it and is counted, not trained on. An env whose final
 info carries "row_rewards" (one per call) sets each conversation's reward to its entry; the trajectory's reward
 stays the sum of the step rewards.
@@ -143,32 +145,50 @@ def _io_threads() -> ThreadPoolExecutor:
 class BatchingResponder:
     """A `Respond` that gathers the requests of concurrently running episodes into engine batches.
 
-    `generate_batch(prompts)` answers one batch; when it raises, every request of that batch fails with it.
+    `generate_batch(prompts)` answers one batch; when it raises, every request of that batch fails with it. By
+    default a batch holds every request pending when the event loop comes back to the first of them (synchronous
+    env steps make that the same set on every run). With `rounds` set, a batch goes out only once `rounds()`
+    requests wait (the number of episodes running, each of which waits for one reply at a time), sorted by the
+    `key` each request comes with (its task's place in the call), so timing decides neither which requests share a
+    batch nor their order in it; the runner calls `check` when an episode ends.
     """
 
     def __init__(self, generate_batch: Callable[[list[list[int]]], Awaitable[list[GenerationOutput]]]):
         self.generate_batch = generate_batch
-        self._pending: list[tuple[list[int], asyncio.Future]] = []
+        self._pending: list[tuple[int, list[int], asyncio.Future]] = []
+        self.rounds: Callable[[], int] | None = None
 
-    async def __call__(self, prompt_ids: list[int]) -> GenerationOutput:
-        # The first request of a round schedules one flush for everything queued before the event loop comes
-        # back to it.
+    async def __call__(self, prompt_ids: list[int], key: int = 0) -> GenerationOutput:
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt_ids, future))
-        if len(self._pending) == 1:
+        self._pending.append((key, prompt_ids, future))
+        if self.rounds is not None:
+            self.check()
+        elif len(self._pending) == 1:
+            # The first request of a round schedules one flush for everything queued before the event loop comes
+            # back to it.
             asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
         return await future
 
+    def check(self) -> None:
+        """In rounds: send the batch once every running episode waits for its reply."""
+        self._pending = [p for p in self._pending if not p[2].done()]  # requests of cancelled episodes go
+        if self._pending and len(self._pending) >= self.rounds():
+            batch, self._pending = sorted(self._pending, key=lambda p: p[0]), []
+            asyncio.ensure_future(self._send(batch))
+
     async def _flush(self) -> None:
         batch, self._pending = self._pending, []
+        await self._send(batch)
+
+    async def _send(self, batch: list[tuple[int, list[int], asyncio.Future]]) -> None:
         try:
-            outputs = await self.generate_batch([p for p, _ in batch])
+            outputs = await self.generate_batch([p for _, p, _ in batch])
         except Exception as exc:
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():  # an episode cancelled meanwhile no longer waits
                     future.set_exception(exc)
             return
-        for (_, future), out in zip(batch, outputs):
+        for (_, _, future), out in zip(batch, outputs):
             if not future.done():
                 future.set_result(out)
 
