@@ -69,8 +69,10 @@ def machine(*packages: str) -> dict[str, Any]:
 def write(results: dict[str, Any], out: Path, name: str, plot: Callable[[dict, Path], None],
           table: Callable[[dict], str], started: float) -> None:
     """Write out/name.json and out/name.png, print the table and where the files went."""
+    from memrl.checkpoints import portable
+
     results["wall_s"] = time.perf_counter() - started
-    (out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (out / f"{name}.json").write_text(json.dumps(portable(results), indent=1))
     plot(results, out / f"{name}.png")
     print(table(results))
     print(f"wrote {out / f'{name}.json'} and {out / f'{name}.png'} in {results['wall_s']:.0f} s")

@@ -211,3 +211,19 @@ def resolve(path: str | os.PathLike) -> Path:
     what = "does not exist" if not path.exists() else f"has no {MANIFEST_FILE}"
     raise CheckpointError(f"no complete memrl checkpoint at {path}: it {what}, and there is no previous checkpoint "
                           f"at {old} to fall back to")
+
+
+def portable(value, root: Path | None = None):
+    """`value` (JSON data: dicts, lists, strings, numbers) with each absolute path under `root` (default: the working
+    directory) written relative to it, so a summary saved beside a checkpoint names no machine's directories; other
+    values are unchanged."""
+    root = Path.cwd() if root is None else Path(root)
+    if isinstance(value, dict):
+        return {key: portable(item, root) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item, root) for item in value]
+    if isinstance(value, str) and value.startswith("/"):
+        path = Path(value)
+        if path.is_relative_to(root):
+            return str(path.relative_to(root)) or "."
+    return value

@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from memrl.algorithms.sft import SFTConfig
+from memrl.checkpoints import portable
 from memrl.learner.learner_config import LR_SCHEDULES
 
 SUMMARY_FILE = "sft_summary.json"
@@ -55,7 +56,7 @@ def run(config: SFTConfig, out: str | Path, keep_eval_checkpoints: bool = False)
             summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
     finally:
         algo.stop()
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    (out / SUMMARY_FILE).write_text(json.dumps(portable(summary), indent=1))
     for name in ("initial", "final"):
         m = summary[name]
         print(f"{name} (step {m['step']}): held-out NLL {m['eval_nll']:.4f}, per-call exact match "

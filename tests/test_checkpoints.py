@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,13 @@ def test_restore_and_save_refuse_what_is_not_a_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="exists and is not a memrl checkpoint"):
         checkpoints.check_target(data / "notes.txt", "algorithm_state.json")
     checkpoints.check_target(tmp_path / "half", "algorithm_state.json")  # empty: fine
+
+
+def test_portable_writes_paths_under_the_root_relative_and_leaves_the_rest():
+    from memrl.checkpoints import portable
+
+    root = Path("/work/project")
+    record = {"out": "/work/project/runs/a", "model": "/elsewhere/model", "steps": 3,
+              "stages": [{"init": "/work/project"}, "plain text"], "where": "/work/projectile"}
+    assert portable(record, root) == {"out": "runs/a", "model": "/elsewhere/model", "steps": 3,
+                                      "stages": [{"init": "."}, "plain text"], "where": "/work/projectile"}

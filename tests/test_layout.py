@@ -73,3 +73,21 @@ def test_the_walk_sees_every_kind_of_import(tmp_path):
     (tmp_path / "m.py").write_text(source)
     assert imported_modules(tmp_path / "m.py") == [(2, "memrl_envs"), (3, "memrl_envs.search"),
                                                    (5, "memrl_envs"), (6, "memrl_envs.echo")]
+
+
+def _absolute_paths(value) -> list[str]:
+    if isinstance(value, dict):
+        return [p for item in value.values() for p in _absolute_paths(item)]
+    if isinstance(value, list):
+        return [p for item in value for p in _absolute_paths(item)]
+    return [value] if isinstance(value, str) and value.startswith(("/work", "/tmp", "/home", "/root", "/Users")) else []
+
+
+def test_no_shipped_record_names_a_build_machines_directories():
+    import json
+
+    records = [*ROOT.glob("tuned_examples/checkpoints/*/*.json"), *ROOT.glob("tuned_examples/results/*.json"),
+               *ROOT.glob("benchmarks/results/*.json")]
+    assert len(records) > 20
+    found = {str(p.relative_to(ROOT)): paths for p in records if (paths := _absolute_paths(json.loads(p.read_text())))}
+    assert found == {}

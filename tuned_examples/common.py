@@ -13,6 +13,7 @@ import numpy as np
 import ray
 from tqdm import tqdm
 
+from memrl.checkpoints import portable
 from memrl.cluster import ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.console import VERBOSE_ENV
@@ -167,7 +168,7 @@ def train(config: AlgorithmConfig, iterations: int, out: Path, metric: str | Non
                "change": {"mean": change, "ci_low": low, "ci_high": high},
                "wall_s": time.perf_counter() - start, "eval_s": eval_s,
                "mean_timers_s": {k: sum(t[k] for t in timers) / len(timers) for k in timers[0]} if timers else {}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps(portable(summary), indent=1))
     plot_curve(summary, out / "curve.png")
     for name, ev in (("before", before), ("after", after)):
         print(f"held-out {key} {name} training: {ev[f'{key}_mean']:.3f} "
