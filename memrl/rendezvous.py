@@ -8,12 +8,13 @@ chosen, and hands it to the store. Gloo's (and NCCL's) own connections use the s
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterable
 from datetime import timedelta
 
 import torch.distributed as dist
+
+from memrl import process
 
 LOOPBACK = "127.0.0.1"
 
@@ -45,9 +46,7 @@ def listen(host: str, port: int = 0) -> socket.socket:
 def use_interface(host: str) -> None:
     """Make this process's gloo and NCCL connections go over loopback when the group meets there."""
     if host == LOOPBACK:
-        name = _loopback_interface()
-        os.environ["GLOO_SOCKET_IFNAME"] = name
-        os.environ["NCCL_SOCKET_IFNAME"] = name
+        process.use_loopback(_loopback_interface())
 
 
 def _loopback_interface() -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 import io
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from memrl import process
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.weight_sync import TensorMeta
 
@@ -83,9 +83,7 @@ class VLLMEngine(InferenceEngine):
         `tempered_logprobs` returns the logprobs of softmax(logits / temperature), what a token was sampled from,
         instead of the model's own (vLLM's processed logprobs)."""
         self.check_options({"kv_cache_bytes": kv_cache_bytes, **engine_kwargs}, vllm_arguments=False)
-        # The engine core runs in this process: requests are then scheduled in the order they were given, so a
-        # reseeded batch samples the same tokens every time (a separate core process sees them arrive racily).
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        process.vllm_engine_process()
         from vllm import LLM
 
         for name, prefixes in EXPECTED_VLLM_WARNINGS.items():

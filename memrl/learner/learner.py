@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from memrl import rendezvous
+from memrl import process, rendezvous
 from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length
 from memrl.learner.learner_config import LearnerConfig, deepspeed_config, lr_factor
 from memrl.learner.losses import LossConfig, compute_loss, value_loss
@@ -26,12 +26,6 @@ from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket
 # DeepSpeed and transformers are imported inside the methods that use them: the driver only names this class to
 # start learner actors. (With the workflows naming the tokenizer type for type checkers only, `import memrl.algorithms`
 # went from 4.3 s to 2.5 s.)
-# DeepSpeed picks its accelerator once, at import; say it explicitly so a CPU box never probes for CUDA.
-os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
-
-# DeepSpeed 0.19's ZeRO-3 calls collectives that torch 2.13 marks deprecated, once per step on every rank.
-warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor).*", category=FutureWarning)
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 """Parameter dtypes by their LearnerConfig name."""
 
@@ -122,6 +116,7 @@ class Learner:
         """Cheap: the group first asks rank 0 to `listen`, then every rank to `start` at the address it got."""
         if not 0 <= rank < world_size:
             raise ValueError(f"learner rank {rank} is outside world size {world_size}")
+        process.learner_process(cuda=torch.cuda.is_available())
         self.config = config
         self.rank = rank
         self.world_size = world_size
