@@ -121,8 +121,10 @@ def cpu_env_config(tokenizer_path: str | Path, answerer: str | None = f"actor:{A
 
 def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
            writer: str = "mem-alpha") -> MemAlphaConfig:
-    """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine, two ZeRO-3 learners; the answerer is
-    the chat actor ANSWERER (start_answerer) unless another is named. `writer` (a WRITERS name) says how the policy
+    """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine fed by one env runner of 64 envs, two
+    ZeRO-3 learners; the answerer is the chat actor ANSWERER (start_answerer) unless another is named. One runner
+    keeps runs repeatable: the prompts share a long system prompt, and an engine that several runners feed in
+    whatever order they come caches its blocks from one runner's batch or another's, whose last bits differ. `writer` (a WRITERS name) says how the policy
     keeps its memory; `model` defaults to that writer's warm-start.
 
     A group whose rollouts all score the same r_acc is left out of the update (dynamic sampling on r_acc, one round,
@@ -133,7 +135,7 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
     model = model or w.warm_start
     return (MemAlphaConfig()
             .environment("memrl/MemoryStore-v0", env_config={**cpu_env_config(model, answerer), "memory": w.memory})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow=w.workflow,
+            .env_runners(num_env_runners=1, num_envs_per_env_runner=64, workflow=w.workflow,
                          workflow_config=w.workflow_config, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
             .learners(model_path=str(model), num_learners=2, token_budget=32768)
