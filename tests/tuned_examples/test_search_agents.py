@@ -7,6 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from memrl_envs.search import SearchEnv
+from memrl.checkpoints import portable
 from memrl.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from memrl_tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
@@ -123,7 +124,8 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     # --multi's build goes on from a finished warm-start and keeps all its stages.
     multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
                                    stage=search_sft.Stage(1, 4, (1, 4), expert_notes=True), base=tmp_path / "mempo")
-    assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == multi
+    assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == portable(multi)  # paths under the cwd
+    assert multi["out"] == str(tmp_path / "multi") and portable(multi)["out"] == "multi"
     assert multi["config"]["learners"]["model_path"] == str((tmp_path / "mempo").resolve())
     assert [s["final"]["step"] for s in multi["earlier_stages"]] == [2, 1]
     assert [o["num_objectives"] for o in multi["config"]["training"]["task_options"]] == [1, 4]
