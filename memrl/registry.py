@@ -96,4 +96,3 @@ def _describe(item: Any) -> str:
     if isinstance(item, str):
         return item
     return f"{getattr(item, '__module__', '?')}:{getattr(item, '__qualname__', item)}"
-

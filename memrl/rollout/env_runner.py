@@ -2,7 +2,8 @@
 
 Each trajectory is one `run_episode` coroutine (memrl.rollout.loop); a runner keeps `num_envs` of them in flight
 and their pending requests reach the engine as one batch, so the engine always works on everything that is
-waiting, and the batches are the same on every run with the same seeds.
+waiting, and the batches are the same on every run with the same seeds (for envs that step in threads, in rounds:
+memrl.rollout.loop.BatchingResponder).
 """
 
 from __future__ import annotations
