@@ -124,8 +124,8 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
     """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine fed by one env runner of 64 envs, two
     ZeRO-3 learners; the answerer is the chat actor ANSWERER (start_answerer) unless another is named. One runner
     keeps runs repeatable: the prompts share a long system prompt, and an engine that several runners feed in
-    whatever order they come caches its blocks from one runner's batch or another's, whose last bits differ. `writer` (a WRITERS name) says how the policy
-    keeps its memory; `model` defaults to that writer's warm-start.
+    whatever order they come caches its blocks from one runner's batch or another's, whose last bits differ.
+    `writer` (a WRITERS name) says how the policy keeps its memory; `model` defaults to that writer's warm-start.
 
     A group whose rollouts all score the same r_acc is left out of the update (dynamic sampling on r_acc, one round,
     as DAPO keeps groups whose accuracy differs): its std-normalised advantages would rank the rollouts by the small
