@@ -1,4 +1,5 @@
-"""Ray for memrl: start a local instance that fits the actors, or check that a running cluster does, in seconds.
+"""Ray for memrl: start a local instance that fits the actors, or check that a running cluster does, in seconds;
+and the deadlines and failure budgets every remote wait keeps (FaultToleranceConfig, get, FailureBudget).
 
 Every memrl actor that does real work reserves one CPU (learners, engines) and its GPUs; env runners reserve
 none, as they mostly wait on an engine. On a small CPU machine those actors spend most of their time waiting on
@@ -11,6 +12,7 @@ import logging
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import ray
 from ray.exceptions import GetTimeoutError
@@ -56,6 +58,51 @@ def start_local_ray(**init_options) -> None:
 
     ray_constants.ENABLE_RAY_CLUSTER = False  # read when the node's address is chosen, in this process only
     ray.init(**init_options)
+
+
+@dataclass
+class FaultToleranceConfig:
+    """Deadlines of every remote wait, and how many failures a run survives."""
+
+    episode_retries: int = 2
+    """Times a failed episode (its env or workflow raised, e.g. a retrieval server that is down) is run again on a
+    fresh env instance before its sampling round fails; its siblings carry on meanwhile. Counted in
+    counters.episodes_retried."""
+    failed_iterations_to_stop: int = 1
+    """Iterations in a row in which every episode failed (an env's service is down: its retriever, its answerer)
+    that stop the run, with AllEpisodesFailed naming the first failure: a run that cannot sample trains nothing, and
+    should say so rather than go on. Raise it to ride out a service that comes back."""
+    max_actor_failures: int = 3
+    """Failures tolerated within failure_window_s, for env runners and for engines each: a runner that dies or stalls
+    is replaced by a new actor and its tasks resubmitted; an engine that dies or stalls is replaced, rejoined to the
+    weight sync with the current weights, and its round run again. One failure more stops the run, naming the
+    actor."""
+    failure_window_s: float = 3600.0
+    """The window max_actor_failures counts in: older failures are forgiven, so a long run is not ended by rare
+    ones."""
+    actor_start_timeout_s: float = 900.0
+    """Deadline for actors to start: learners (their placement group included), engines, env runners."""
+    engine_call_timeout_s: float = 600.0
+    """Deadline of one engine call (a batch of generations); past it the engine counts as stalled and the round
+    fails, naming it."""
+    sample_timeout_s: float = 3600.0
+    """Deadline of one env runner's share of a sampling round (training or held-out)."""
+    learner_timeout_s: float = 3600.0
+    """Deadline of one learner call: a train step, a logprob pass, a checkpoint save or load."""
+    weight_sync_timeout_s: float = 600.0
+    """Deadline of the weight-sync group's set-up and of each broadcast of the weights to the engines."""
+    checkpoint_frequency: int = 0
+    """Every this many iterations train() saves a checkpoint to checkpoint_dir (0: never). With one saved, a learner
+    that dies or stalls is recovered: the learner groups start anew from the newest checkpoint and the iterations
+    since are run again, with the figures they had. Without one, such a failure stops the run, naming the learner."""
+    checkpoint_dir: str | None = None
+    """Where the periodic checkpoints go (iteration_000010, ...): one directory per run, needed with
+    checkpoint_frequency."""
+    keep_checkpoints: int = 2
+    """Periodic checkpoints kept; older ones are removed once a newer one is complete."""
+    checkpoint_checksums: bool = True
+    """Record every checkpoint file's sha256 in its manifest and check it before loading (sizes are always checked).
+    Hashing reads the checkpoint once more at save and at restore, about 1 s per GB."""
 
 
 def get(refs, timeout_s: float, what: str, setting: str):

@@ -8,25 +8,29 @@
     algo = config.build()
     result = algo.train()
 
-One module holds every section of the builder, so that all of a run's settings read in one place.
-
-Each builder method sets fields of one typed sub-config. `validate()` (called by `build()`) names the
-bad field and what is allowed. `to_dict()` / `from_dict()` make the config a Ray Tune param_space.
+Each builder method sets the settings of one typed section, taken as keyword arguments; each setting is defined once,
+in its section's dataclass. The sections the builder shares with the actors that use them live beside those actors
+and are handed to them unchanged: LearnersConfig and OptimizerConfig (memrl.learner.learner_config), SamplingConfig
+(memrl.engines.base), FaultToleranceConfig (memrl.cluster), LossConfig (memrl.learner.losses); the others are here.
+`validate()` (called by `build()`) names the bad setting and what is allowed. `to_dict()` / `from_dict()` make the
+config a Ray Tune param_space.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from ray.tune.tune import _Config
 
+from memrl.cluster import FaultToleranceConfig
 from memrl.engines import ENGINES
 from memrl.engines.base import SamplingConfig
-from memrl.learner.learner_config import LearnerConfig
+from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig
 from memrl.learner.losses import LossConfig
 
 
@@ -72,77 +76,15 @@ class EnvRunnersConfig:
     resources_per_env_runner: dict = field(default_factory=dict)
     """Ray custom resources each env runner reserves (runners reserve no CPU): e.g. {"head": 0.01} keeps them on
     a head node started with `--resources='{"head": 1}'`."""
-    max_tokens: int = 64
-    """Most new tokens per call."""
-    temperature: float = 1.0
-    """Sampling temperature for training rollouts. The learner trains the model's own distribution (logits not
-    divided by it) on them, as the engine's logprobs are; below 1 this keeps training near the greedy policy."""
-    top_p: float = 1.0
-    """Nucleus sampling mass for training rollouts."""
-
-    def sampling(self) -> SamplingConfig:
-        """Sampling settings for training rollouts."""
-        return SamplingConfig(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p)
-
-
-@dataclass
-class LearnersConfig:
-    """Training side: the model and the DeepSpeed learner group."""
-
-    model_path: str | None = None
-    """Local Hugging Face checkpoint to start from (the shipped tiny model by default in tuned examples)."""
-    num_learners: int = 1
-    """DeepSpeed data-parallel ranks, one Ray actor each."""
-    num_gpus_per_learner: float = 0.0
-    """GPUs each learner reserves (0 on CPU machines)."""
-    num_cpus_per_learner: int = 1
-    """CPUs each learner reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU learner trains on as many
-    threads (one learner on a 2-core machine: 2)."""
-    resources_per_learner: dict = field(default_factory=dict)
-    """Ray custom resources each learner reserves, which places learners on the nodes that offer them: e.g.
-    {"learner_node": 1} with those nodes started `ray start --resources='{"learner_node": 8}'`."""
-    token_budget: int = 8192
-    """Most padded tokens per micro-batch."""
-    dtype: str = "float32"
-    """Learner parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
-    zero_stage: int = 3
-    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters.
-    With one learner there is nothing to partition and 2 is faster (benchmarks/vs_trl.py)."""
-    param_persistence_threshold: int = 100_000
-    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
-    attn_implementation: str = "sdpa"
-    """transformers attention backend of the learners: "sdpa", "eager" or "flash_attention_2" (GPUs, where
-    installed). Stitched trajectories (4D masks) are exact under sdpa and eager."""
-    dist_timeout_s: float = 1800.0
-    """Deadline of the learners' collectives: a rank that never arrives fails the step instead of hanging it."""
-    weight_sync_bucket_bytes: int = 64 * 1024**2
-    """Bucket size of the learner-to-engine weight broadcast."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """How training rollouts sample each call (max_tokens, temperature, top_p, stop_token_ids; set through
+    env_runners(max_tokens=...)), handed to every env runner unchanged."""
 
 
 @dataclass
 class TrainingConfig:
     """The RL algorithm's settings."""
 
-    lr: float = 1e-5
-    """AdamW peak learning rate (see lr_schedule)."""
-    lr_schedule: str = "constant"
-    """"constant", "linear" or "cosine": how the learning rate moves from lr (after warm-up) to lr * lr_min_ratio
-    at optimizer step lr_decay_steps, where it then stays. Resuming a checkpoint continues the schedule."""
-    lr_warmup_steps: int = 0
-    """Optimizer steps of linear warm-up: step k (from 0) uses lr * (k + 1) / lr_warmup_steps."""
-    lr_decay_steps: int = 0
-    """Optimizer step at which a linear or cosine schedule reaches its floor (> lr_warmup_steps); with
-    num_minibatches steps per iteration, iterations x num_minibatches. Unused when constant."""
-    lr_min_ratio: float = 0.0
-    """Floor of a decaying schedule, as a share of lr."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    """AdamW moment decay rates, two values each in [0, 1) (a list, as the config's JSON form keeps it)."""
-    eps: float = 1e-8
-    """AdamW denominator epsilon."""
-    grad_clip: float = 1.0
-    """Gradient norm clip; 0 turns clipping off."""
     tasks_per_iteration: int = 8
     """Distinct tasks (groups) sampled per iteration."""
     group_size: int = 8
@@ -203,8 +145,10 @@ class TrainingConfig:
     """With max_staleness >= 1: broadcast new weights as soon as the learner step ends, without waiting for the batch
     being sampled; its episodes' later calls run under the new weights, each call recording its version. Sampling
     never waits for the learner, but which calls get which weights depends on timing: not reproducible run to run."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """AdamW and its learning-rate schedule (lr, lr_schedule, ...; set through training(lr=...))."""
     loss: LossConfig = field(default_factory=LossConfig)
-    """Policy loss: clipping, KL, aggregation, entropy, off-policy correction."""
+    """Policy loss: clipping, KL, aggregation, entropy, off-policy correction (set through training(clip_low=...))."""
 
 
 @dataclass
@@ -245,74 +189,6 @@ class DebuggingConfig:
     up after the run starts."""
 
 
-@dataclass
-class FaultToleranceConfig:
-    """Deadlines of every remote wait, and how many failures a run survives."""
-
-    episode_retries: int = 2
-    """Times a failed episode (its env or workflow raised, e.g. a retrieval server that is down) is run again on a
-    fresh env instance before its sampling round fails; its siblings carry on meanwhile. Counted in
-    counters.episodes_retried."""
-    failed_iterations_to_stop: int = 1
-    """Iterations in a row in which every episode failed (an env's service is down: its retriever, its answerer)
-    that stop the run, with AllEpisodesFailed naming the first failure: a run that cannot sample trains nothing, and
-    should say so rather than go on. Raise it to ride out a service that comes back."""
-    max_actor_failures: int = 3
-    """Failures tolerated within failure_window_s, for env runners and for engines each: a runner that dies or stalls
-    is replaced by a new actor and its tasks resubmitted; an engine that dies or stalls is replaced, rejoined to the
-    weight sync with the current weights, and its round run again. One failure more stops the run, naming the
-    actor."""
-    failure_window_s: float = 3600.0
-    """The window max_actor_failures counts in: older failures are forgiven, so a long run is not ended by rare
-    ones."""
-    actor_start_timeout_s: float = 900.0
-    """Deadline for actors to start: learners (their placement group included), engines, env runners."""
-    engine_call_timeout_s: float = 600.0
-    """Deadline of one engine call (a batch of generations); past it the engine counts as stalled and the round
-    fails, naming it."""
-    sample_timeout_s: float = 3600.0
-    """Deadline of one env runner's share of a sampling round (training or held-out)."""
-    learner_timeout_s: float = 3600.0
-    """Deadline of one learner call: a train step, a logprob pass, a checkpoint save or load."""
-    weight_sync_timeout_s: float = 600.0
-    """Deadline of the weight-sync group's set-up and of each broadcast of the weights to the engines."""
-    checkpoint_frequency: int = 0
-    """Every this many iterations train() saves a checkpoint to checkpoint_dir (0: never). With one saved, a learner
-    that dies or stalls is recovered: the learner groups start anew from the newest checkpoint and the iterations
-    since are run again, with the figures they had. Without one, such a failure stops the run, naming the learner."""
-    checkpoint_dir: str | None = None
-    """Where the periodic checkpoints go (iteration_000010, ...): one directory per run, needed with
-    checkpoint_frequency."""
-    keep_checkpoints: int = 2
-    """Periodic checkpoints kept; older ones are removed once a newer one is complete."""
-    checkpoint_checksums: bool = True
-    """Record every checkpoint file's sha256 in its manifest and check it before loading (sizes are always checked).
-    Hashing reads the checkpoint once more at save and at restore, about 1 s per GB."""
-
-
-LEARNER_SETTINGS = {
-    "model_path": "learners.model_path",
-    "lr": "training.lr",
-    "lr_schedule": "training.lr_schedule",
-    "lr_warmup_steps": "training.lr_warmup_steps",
-    "lr_decay_steps": "training.lr_decay_steps",
-    "lr_min_ratio": "training.lr_min_ratio",
-    "weight_decay": "training.weight_decay",
-    "betas": "training.betas",
-    "eps": "training.eps",
-    "grad_clip": "training.grad_clip",
-    "zero_stage": "learners.zero_stage",
-    "param_persistence_threshold": "learners.param_persistence_threshold",
-    "token_budget": "learners.token_budget",
-    "dtype": "learners.dtype",
-    "attn_implementation": "learners.attn_implementation",
-    "dist_timeout_s": "learners.dist_timeout_s",
-    "seed": "debugging.seed",
-}
-"""Where each LearnerConfig setting is set in an AlgorithmConfig (section.field): the one mapping from the builder to
-the learners. compute_ref and head are the algorithm's to choose; logit_temperature follows
-training.tempered_logprobs."""
-
 SECTIONS = {
     "environment": EnvConfig,
     "env_runners": EnvRunnersConfig,
@@ -322,6 +198,53 @@ SECTIONS = {
     "debugging": DebuggingConfig,
     "fault_tolerance": FaultToleranceConfig,
 }
+
+
+class _NotSet:
+    """The default of every builder argument: the setting is left as it is."""
+
+    def __repr__(self) -> str:
+        return "NOT_SET"
+
+
+NOT_SET: Any = _NotSet()
+"""A builder argument not given (None can be a setting's value)."""
+
+
+def given(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A builder method's locals() less `self`, the `common` settings it passes on, and what was not given."""
+    return {k: v for k, v in arguments.items() if k not in ("self", "__class__", "common") and v is not NOT_SET}
+
+
+def builder(method):
+    """Make a builder method refuse a setting its section does not have with ValueError listing the ones it has
+    (rather than Python's TypeError, which lists none). A config whose section has settings of its own overrides
+    the section's method with them as keyword arguments and `**common`, which it passes to super():
+
+        @builder
+        def training(self, *, gamma: float = NOT_SET, **common) -> Self:
+            super().training(**common)
+            return self._set("training", **given(locals()))
+    """
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        allowed = self.settings(method.__name__)
+        if unknown := [key for key in kwargs if key not in allowed]:
+            raise ValueError(f"{type(self).__name__}.{method.__name__}() has no setting {unknown[0]!r}; allowed: "
+                             f"{sorted(allowed)}")
+        return method(self, *args, **kwargs)
+
+    return checked
+
+
+def _checked(section: str, settings: Any) -> None:
+    """Run a nested section's own checks (its __post_init__), naming a failing setting as the builder names it
+    (env_runners.max_tokens, not SamplingConfig.max_tokens)."""
+    try:
+        dataclasses.replace(settings)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace(f"{type(settings).__name__}.", f"{section}.")) from None
 
 
 class AlgorithmConfig(_Config):
@@ -346,49 +269,112 @@ class AlgorithmConfig(_Config):
         self.fault_tolerance_cfg = FaultToleranceConfig()
 
     # -- builder methods -------------------------------------------------------------
-    def environment(self, env: str | None = None, *, env_config: dict | None = None) -> AlgorithmConfig:
+    # Each takes its section's settings as keyword arguments (NOT_SET: left as it is); a name the section does not
+    # have is an error listing the ones it has. Nested sections (env_runners' sampling, training's optimizer and
+    # loss) are set through their owner's method. tests/test_config.py checks that every signature lists exactly its
+    # section's settings, so each setting is defined once, in its dataclass.
+    @builder
+    def environment(self, env: str | None = None, *, env_config: dict | None = None) -> Self:
         """Set the env id and its constructor arguments."""
         given = {"env": env, "env_config": env_config}
         return self._set("environment", **{k: v for k, v in given.items() if v is not None})
 
-    def env_runners(self, **kwargs) -> AlgorithmConfig:
-        """Set EnvRunnersConfig fields."""
-        return self._set("env_runners", **kwargs)
+    @builder
+    def env_runners(self, *, num_env_runners: int = NOT_SET, num_envs_per_env_runner: int = NOT_SET,
+                    workflow: str = NOT_SET, workflow_config: dict = NOT_SET, max_calls_per_episode: int = NOT_SET,
+                    engine: str = NOT_SET, num_engines: int = NOT_SET, engine_config: dict = NOT_SET,
+                    num_gpus_per_engine: float = NOT_SET, num_cpus_per_engine: int = NOT_SET,
+                    resources_per_engine: dict = NOT_SET, resources_per_env_runner: dict = NOT_SET,
+                    max_tokens: int = NOT_SET, temperature: float = NOT_SET, top_p: float = NOT_SET,
+                    stop_token_ids: list[int] = NOT_SET) -> Self:
+        """Set EnvRunnersConfig's settings and its sampling's (SamplingConfig: max_tokens, temperature, ...)."""
+        return self._set("env_runners", **given(locals()))
 
-    def learners(self, **kwargs) -> AlgorithmConfig:
-        """Set LearnersConfig fields."""
-        return self._set("learners", **kwargs)
+    @builder
+    def learners(self, *, model_path: str | None = NOT_SET, num_learners: int = NOT_SET,
+                 num_gpus_per_learner: float = NOT_SET, num_cpus_per_learner: int = NOT_SET,
+                 resources_per_learner: dict = NOT_SET, token_budget: int = NOT_SET, dtype: str = NOT_SET,
+                 zero_stage: int = NOT_SET, param_persistence_threshold: int = NOT_SET,
+                 attn_implementation: str = NOT_SET, dist_timeout_s: float = NOT_SET,
+                 weight_sync_bucket_bytes: int = NOT_SET) -> Self:
+        """Set LearnersConfig's settings."""
+        return self._set("learners", **given(locals()))
 
-    def training(self, **kwargs) -> AlgorithmConfig:
-        """Set TrainingConfig fields; loss fields (clip_low, kl_coef, aggregation, ...) are accepted here too."""
-        loss_names = {f.name for f in dataclasses.fields(LossConfig)}
-        loss_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in loss_names}
-        if loss_kwargs:
-            from memrl.preflight import check_types
+    @builder
+    def training(self, *, lr: float = NOT_SET, lr_schedule: str = NOT_SET, lr_warmup_steps: int = NOT_SET,
+                 lr_decay_steps: int = NOT_SET, lr_min_ratio: float = NOT_SET, weight_decay: float = NOT_SET,
+                 betas: list[float] = NOT_SET, eps: float = NOT_SET, grad_clip: float = NOT_SET,
+                 tasks_per_iteration: int = NOT_SET, group_size: int = NOT_SET, num_minibatches: int = NOT_SET,
+                 norm_adv_by_std: bool = NOT_SET, negative_advantage_weight: float = NOT_SET,
+                 advantage_estimator: str = NOT_SET, reward_shapers: tuple[str, ...] = NOT_SET,
+                 dynamic_sampling: bool = NOT_SET, dynamic_sampling_max_rounds: int = NOT_SET,
+                 dynamic_sampling_metric: str | None = NOT_SET, overlong_buffer_tokens: int = NOT_SET,
+                 overlong_penalty: float = NOT_SET, stitch_trajectories: bool = NOT_SET,
+                 use_rollout_logprobs: bool = NOT_SET, tempered_logprobs: bool = NOT_SET, max_staleness: int = NOT_SET,
+                 partial_rollouts: bool = NOT_SET, clip_low: float = NOT_SET, clip_high: float = NOT_SET,
+                 dual_clip: float | None = NOT_SET, kl_coef: float = NOT_SET, kl_estimator: str = NOT_SET,
+                 kl_in_reward: bool = NOT_SET, aggregation: str = NOT_SET, entropy_coef: float = NOT_SET,
+                 value_clip: float = NOT_SET, off_policy_correction: str = NOT_SET, importance_cap: float = NOT_SET,
+                 kind: str = NOT_SET) -> Self:
+        """Set TrainingConfig's settings, its optimizer's (OptimizerConfig: lr, lr_schedule, ...) and its loss's
+        (LossConfig: clip_low, kl_coef, aggregation, ...). An algorithm with training settings of its own (PPO's
+        gamma, ...) overrides this method with them and passes the rest on."""
+        return self._set("training", **given(locals()))
 
-            check_types("training", LossConfig, loss_kwargs)  # before LossConfig compares them with numbers
-            self.training_cfg.loss = dataclasses.replace(self.training_cfg.loss, **loss_kwargs)
-        return self._set("training", **kwargs)
+    @builder
+    def evaluation(self, *, evaluation_interval: int = NOT_SET, evaluation_num_tasks: int = NOT_SET,
+                   evaluation_temperature: float = NOT_SET, evaluation_env_config: dict = NOT_SET,
+                   evaluation_num_envs_per_env_runner: int | None = NOT_SET) -> Self:
+        """Set EvaluationConfig's settings."""
+        return self._set("evaluation", **given(locals()))
 
-    def evaluation(self, **kwargs) -> AlgorithmConfig:
-        """Set EvaluationConfig fields."""
-        return self._set("evaluation", **kwargs)
+    @builder
+    def debugging(self, *, seed: int = NOT_SET, wandb_project: str | None = NOT_SET, progress_bars: bool = NOT_SET,
+                  check_resources: bool = NOT_SET, check_services: bool = NOT_SET) -> Self:
+        """Set DebuggingConfig's settings."""
+        return self._set("debugging", **given(locals()))
 
-    def debugging(self, **kwargs) -> AlgorithmConfig:
-        """Set DebuggingConfig fields."""
-        return self._set("debugging", **kwargs)
+    @builder
+    def fault_tolerance(self, *, episode_retries: int = NOT_SET, failed_iterations_to_stop: int = NOT_SET,
+                        max_actor_failures: int = NOT_SET, failure_window_s: float = NOT_SET,
+                        actor_start_timeout_s: float = NOT_SET, engine_call_timeout_s: float = NOT_SET,
+                        sample_timeout_s: float = NOT_SET, learner_timeout_s: float = NOT_SET,
+                        weight_sync_timeout_s: float = NOT_SET, checkpoint_frequency: int = NOT_SET,
+                        checkpoint_dir: str | None = NOT_SET, keep_checkpoints: int = NOT_SET,
+                        checkpoint_checksums: bool = NOT_SET) -> Self:
+        """Set FaultToleranceConfig's settings (deadlines, retries, failure budgets, checkpoints)."""
+        return self._set("fault_tolerance", **given(locals()))
 
-    def fault_tolerance(self, **kwargs) -> AlgorithmConfig:
-        """Set FaultToleranceConfig fields (deadlines, retries, failure budgets)."""
-        return self._set("fault_tolerance", **kwargs)
+    def settings(self, section: str) -> dict[str, str]:
+        """Every setting the builder method `section` takes, as {name: where it lives} (the section's own fields,
+        and a nested section's as "sub.name")."""
+        out = {}
+        for f in dataclasses.fields(getattr(self, f"{section}_cfg")):
+            value = getattr(getattr(self, f"{section}_cfg"), f.name)
+            if dataclasses.is_dataclass(value):
+                out.update({sub.name: f"{f.name}.{sub.name}" for sub in dataclasses.fields(value)})
+            else:
+                out[f.name] = f.name
+        return out
 
-    def _set(self, section: str, **kwargs) -> AlgorithmConfig:
-        cfg = getattr(self, f"{section}_cfg")
-        names = {f.name for f in dataclasses.fields(cfg)}
+    def _set(self, section: str, **kwargs) -> Self:
+        """Set `kwargs` on the section (a nested section's settings on a copy of it); validate() checks them (a
+        value may be a Tune search space until a trial resolves it)."""
+        cfg, where = getattr(self, f"{section}_cfg"), self.settings(section)
+        nested: dict[str, dict] = {}
         for key, value in kwargs.items():
-            if key not in names:
-                raise ValueError(f"{type(self).__name__}.{section}() has no field {key!r}; allowed: {sorted(names)}")
-            setattr(cfg, key, value)
+            if key not in where:
+                raise ValueError(f"{type(self).__name__}.{section}() has no setting {key!r}; allowed: "
+                                 f"{sorted(where)}")
+            if "." in where[key]:
+                nested.setdefault(where[key].split(".")[0], {})[key] = value
+            else:
+                setattr(cfg, key, value)
+        for name, values in nested.items():
+            sub = copy.copy(getattr(cfg, name))  # checked with the rest in validate(): settings may come in any order
+            for key, value in values.items():
+                setattr(sub, key, value)
+            setattr(cfg, name, sub)
         return self
 
     # -- validation, building, serialisation ----------------------------------------------
@@ -418,11 +404,7 @@ class AlgorithmConfig(_Config):
             "env_runners.num_envs_per_env_runner": run.num_envs_per_env_runner,
             "env_runners.num_engines": run.num_engines,
             "env_runners.max_calls_per_episode": run.max_calls_per_episode,
-            "learners.num_learners": learn.num_learners,
-            "learners.num_cpus_per_learner": learn.num_cpus_per_learner,
             "env_runners.num_cpus_per_engine": run.num_cpus_per_engine,
-            "learners.token_budget": learn.token_budget,
-            "learners.weight_sync_bucket_bytes": learn.weight_sync_bucket_bytes,
             "training.tasks_per_iteration": train.tasks_per_iteration,
             "training.group_size": train.group_size,
             "training.num_minibatches": train.num_minibatches,
@@ -459,11 +441,9 @@ class AlgorithmConfig(_Config):
         if train.group_size < self.min_group_size:
             raise ValueError(f"training.group_size={train.group_size} is not allowed for {type(self).__name__}: its "
                              f"advantages compare trajectories of one task, so it needs >= {self.min_group_size}")
-        if not 0 <= train.overlong_buffer_tokens <= run.max_tokens:
+        if not 0 <= train.overlong_buffer_tokens <= run.sampling.max_tokens:
             raise ValueError(f"training.overlong_buffer_tokens={train.overlong_buffer_tokens!r} is not allowed; "
-                             f"it must be in [0, env_runners.max_tokens={run.max_tokens}]")
-        if not train.lr > 0:
-            raise ValueError(f"training.lr={train.lr!r} is not allowed; it must be > 0")
+                             f"it must be in [0, env_runners.max_tokens={run.sampling.max_tokens}]")
         from memrl.learner.advantages import ADVANTAGES, REWARD_SHAPERS
 
         ADVANTAGES.check(train.advantage_estimator)
@@ -484,10 +464,11 @@ class AlgorithmConfig(_Config):
         if train.dynamic_sampling_metric is not None and not train.dynamic_sampling:
             raise ValueError(f"training.dynamic_sampling_metric={train.dynamic_sampling_metric!r} needs "
                              "training.dynamic_sampling=True (it says what dynamic sampling compares)")
-        if train.tempered_logprobs and not (run.temperature > 0 and run.top_p == 1):
+        sampling = run.sampling
+        if train.tempered_logprobs and not (sampling.temperature > 0 and sampling.top_p == 1):
             raise ValueError(f"training.tempered_logprobs needs env_runners.temperature > 0 and top_p == 1 (the "
-                             f"learners score the whole tempered distribution); got temperature={run.temperature}, "
-                             f"top_p={run.top_p}")
+                             f"learners score the whole tempered distribution); got temperature="
+                             f"{sampling.temperature}, top_p={sampling.top_p}")
         if not isinstance(train.max_staleness, numbers.Integral) or train.max_staleness < 0:
             raise ValueError(f"training.max_staleness={train.max_staleness!r} is not allowed; it must be an integer "
                              ">= 0 (0: synchronous)")
@@ -498,37 +479,18 @@ class AlgorithmConfig(_Config):
         if correction != "none" and train.use_rollout_logprobs:
             raise ValueError(f"training.off_policy_correction={correction!r} weighs the learner's logprobs against the "
                              "engine's, so it needs training.use_rollout_logprobs=False")
-        run.sampling()  # SamplingConfig validates max_tokens / temperature / top_p
-        self.learner_config()  # LearnerConfig validates the learner settings (optimizer, ZeRO, attention, timeout)
-        LossConfig(**dataclasses.asdict(train.loss))
+        for section, sub in (("env_runners", run.sampling), ("training", train.loss), ("training", train.optimizer)):
+            _checked(section, sub)  # the nested sections check their own settings
+        self.learner_config()  # LearnerConfig checks the learners' and the optimizer's settings
 
-    def learner_config(self, **overrides) -> LearnerConfig:
-        """The policy learners' LearnerConfig, every setting taken from where LEARNER_SETTINGS says, then `overrides`
-        (e.g. a critic's lr and head). A bad value is named by its builder field (training.eps, not LearnerConfig.eps).
-        """
-        values = {name: getattr(getattr(self, f"{path.split('.')[0]}_cfg"), path.split(".")[1])
-                  for name, path in LEARNER_SETTINGS.items()}
+    def learner_config(self, **choices) -> LearnerConfig:
+        """The policy learners' LearnerConfig: the learners and optimizer sections as they are, the run's seed, the
+        temperature the logits are scored at (training.tempered_logprobs), and `choices` of LearnerConfig's own
+        (compute_ref, head)."""
         train = self.training_cfg
-        values["logit_temperature"] = self.env_runners_cfg.temperature if train.tempered_logprobs else 1.0
-        values.update(overrides)
-        if isinstance(values["betas"], list):  # the config keeps a list (its JSON form); LearnerConfig a pair
-            values["betas"] = tuple(values["betas"])
-        try:
-            return LearnerConfig(**values)
-        except ValueError as exc:
-            message = str(exc)
-            for name, path in LEARNER_SETTINGS.items():
-                if name not in overrides:
-                    message = message.replace(f"LearnerConfig.{name} ", f"{path} ")
-            raise ValueError(message) from None
-
-    def learner_group_options(self) -> dict[str, Any]:
-        """LearnerGroup's keyword arguments besides its LearnerConfig: size, GPUs and deadlines."""
-        learn, faults = self.learners_cfg, self.fault_tolerance_cfg
-        return {"num_learners": learn.num_learners, "num_gpus_per_learner": learn.num_gpus_per_learner,
-                "num_cpus_per_learner": learn.num_cpus_per_learner,
-                "resources_per_learner": learn.resources_per_learner,
-                "call_timeout_s": faults.learner_timeout_s, "start_timeout_s": faults.actor_start_timeout_s}
+        temperature = self.env_runners_cfg.sampling.temperature if train.tempered_logprobs else 1.0
+        return LearnerConfig(learners=self.learners_cfg, optimizer=train.optimizer, seed=self.debugging_cfg.seed,
+                             logit_temperature=temperature, **choices)
 
     def weight_sync_backend(self) -> str:
         """The learner-to-engine broadcast's backend: NCCL where the learners and the engines each hold whole GPUs
@@ -642,8 +604,8 @@ class AlgorithmConfig(_Config):
             if name not in SECTIONS:
                 raise ValueError(f"unknown config section {name!r}; allowed: {sorted(SECTIONS)}")
             values = dict(values)
-            if name == "training" and isinstance(values.get("loss"), dict):
-                values["loss"] = LossConfig(**values["loss"])
+            for key in [k for k, v in values.items() if isinstance(v, dict) and k not in config.settings(name)]:
+                values.update(values.pop(key))  # a nested section (training.loss, ...) as to_dict writes it
             if name == "environment":
                 config.environment(values.pop("env", None), env_config=values.pop("env_config", None))
             config._set(name, **values)

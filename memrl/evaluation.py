@@ -11,7 +11,7 @@ import time
 
 import ray
 
-from memrl.cluster import get
+from memrl.cluster import FaultToleranceConfig, get
 from memrl.engines import start_engine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import Trajectory, from_arrow
@@ -58,7 +58,7 @@ def evaluate_checkpoint(
     num_env_runners: int = 2,
     max_calls: int = 4096,
     seed: int = 0,
-    start_timeout_s: float = 900.0,
+    faults: FaultToleranceConfig | None = None,
     temperature: float = 0.0,
     samples: int = 1,
 ) -> list[tuple[dict[str, float], list[Trajectory]]]:
@@ -69,26 +69,28 @@ def evaluate_checkpoint(
     One engine and one group of runners serve every config (the runners take each config in turn). Returns, per
     config, the `eval_summary` over every round's trajectories (plus "sample_s", the wall time of that config's
     rollouts, and with samples > 1 `memrl.stats.best_and_worst_of_k`'s figures) and the trajectories, round after
-    round, each round in task order. Needs a running Ray instance; the engine gets `start_timeout_s` to start.
+    round, each round in task order. Needs a running Ray instance; `faults` gives the deadlines (the engine's start:
+    actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
     """
     counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
         raise ValueError(f"num_tasks must be a positive int or one positive count per env config "
                          f"({len(env_configs)}), got {num_tasks!r}")
     check_sampling(samples, temperature)
+    faults = faults or FaultToleranceConfig()
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results, group = [], None
     try:
         # The engine is up: its start-up stays out of the first sample_s.
-        get(actor.max_model_len.remote(), start_timeout_s, "starting the inference engine",
-            "evaluate_checkpoint(start_timeout_s=...)")
+        get(actor.max_model_len.remote(), faults.actor_start_timeout_s, "starting the inference engine",
+            "evaluate_checkpoint(faults=FaultToleranceConfig(actor_start_timeout_s=...))")
         for env_config, n in zip(env_configs, counts):
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
                                  sampling=SamplingConfig(max_tokens=max_tokens, temperature=temperature),
-                                 num_envs=-(-n // num_env_runners), max_calls=max_calls)
+                                 num_envs=-(-n // num_env_runners), max_calls=max_calls, faults=faults)
             if group is None:
-                group = EnvRunnerGroup(spec, [actor], num_env_runners, start_timeout_s=start_timeout_s)
+                group = EnvRunnerGroup(spec, [actor], num_env_runners)
             else:
                 group.configure(spec)
             start = time.perf_counter()

@@ -82,7 +82,7 @@ def _json(kind: type, what: str):
 def parser() -> argparse.ArgumentParser:
     """The command's flags; each names the SFTConfig field it sets."""
     d = SFTConfig()
-    train = d.training_cfg
+    train, optimizer = d.training_cfg, d.training_cfg.optimizer
     p = argparse.ArgumentParser(description="SFT warm-start on scripted-expert episodes (memrl.algorithms.sft).")
     p.add_argument("--model", required=True, help="learners.model_path: local Hugging Face checkpoint to start from")
     p.add_argument("--out", required=True, help="directory to write the checkpoint and sft_summary.json to")
@@ -105,10 +105,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=train.steps, help="training.steps: optimizer steps")
     p.add_argument("--eval-every", type=int, default=train.steps_per_iteration,
                    help="training.steps_per_iteration: evaluate every this many steps (and before and after)")
-    p.add_argument("--lr", type=float, default=train.lr, help="training.lr: AdamW peak learning rate")
-    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=train.lr_schedule,
+    p.add_argument("--lr", type=float, default=optimizer.lr, help="training.lr: AdamW peak learning rate")
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=optimizer.lr_schedule,
                    help="training.lr_schedule: linear and cosine decay to 0 at the last step (lr_decay_steps = steps)")
-    p.add_argument("--lr-warmup-steps", type=int, default=train.lr_warmup_steps, help="training.lr_warmup_steps")
+    p.add_argument("--lr-warmup-steps", type=int, default=optimizer.lr_warmup_steps, help="training.lr_warmup_steps")
     p.add_argument("--num-learners", type=int, default=d.learners_cfg.num_learners, help="learners.num_learners")
     p.add_argument("--token-budget", type=int, default=d.learners_cfg.token_budget,
                    help="learners.token_budget: most padded tokens in one forward pass")

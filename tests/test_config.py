@@ -1,6 +1,10 @@
+import dataclasses
+import inspect
+
 import pytest
 
-from memrl.algorithms import DAPO, DAPOConfig, GRPOConfig
+from memrl.algorithms import DAPO, DAPOConfig, GRPOConfig, MemAlphaConfig, MemPOConfig, PPOConfig
+from memrl.algorithms.sft import SFTConfig
 from memrl.config import AlgorithmConfig
 
 
@@ -15,7 +19,7 @@ def test_builder_sets_sections_and_loss_fields():
     assert config.environment_cfg.env_config == {"num_turns": 3}
     assert config.env_runners_cfg.engine == "vllm"
     assert config.learners_cfg.num_learners == 2
-    assert config.training_cfg.lr == 3e-4 and config.training_cfg.group_size == 4
+    assert config.training_cfg.optimizer.lr == 3e-4 and config.training_cfg.group_size == 4
     assert config.training_cfg.loss.clip_high == 0.3 and config.training_cfg.loss.kl_coef == 0.001
     assert config.training_cfg.loss.clip_low == 0.2  # untouched DAPO default
 
@@ -37,8 +41,10 @@ def test_dict_round_trip(tmp_path):
 
 
 def test_unknown_field_is_named():
-    with pytest.raises(ValueError, match="has no field 'num_gpu'.*allowed"):
+    with pytest.raises(ValueError, match=r"DAPOConfig.learners\(\) has no setting 'num_gpu'; allowed: .*'num_gpus_per"):
         DAPOConfig().learners(num_gpu=1)
+    with pytest.raises(ValueError, match=r"PPOConfig.training\(\) has no setting 'gama'; allowed: .*'gamma'"):
+        PPOConfig().training(gama=0.9)
     with pytest.raises(ValueError, match="unknown config section 'trainer'"):
         DAPOConfig.from_dict({"trainer": {}})
 
@@ -103,25 +109,17 @@ def test_plain_config_cannot_build(tmp_path):
         _valid(AlgorithmConfig(), tmp_path).build()
 
 
-def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
-    import dataclasses
-
-    from memrl.config import LEARNER_SETTINGS
-    from memrl.learner.learner_config import LearnerConfig
-
-    chosen = {f.name for f in dataclasses.fields(LearnerConfig)} - {"compute_ref", "head", "logit_temperature"}
-    assert set(LEARNER_SETTINGS) == chosen
+def test_the_learners_get_their_sections_unchanged(tmp_path):
     config = (_valid(DAPOConfig(), tmp_path)
               .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7)
-              .training(betas=(0.8, 0.95), eps=1e-6, lr=3e-4, lr_schedule="cosine", lr_warmup_steps=5,
+              .training(betas=[0.8, 0.95], eps=1e-6, lr=3e-4, lr_schedule="cosine", lr_warmup_steps=5,
                         lr_decay_steps=50, lr_min_ratio=0.1).debugging(seed=9))
     learner = config.learner_config(compute_ref=True)
-    assert (learner.zero_stage, learner.attn_implementation, learner.dist_timeout_s) == (2, "eager", 60.0)
-    assert (learner.betas, learner.eps, learner.lr, learner.seed) == ((0.8, 0.95), 1e-6, 3e-4, 9)
-    assert learner.param_persistence_threshold == 7 and learner.compute_ref and learner.model_path == str(tmp_path)
-    assert (learner.lr_schedule, learner.lr_warmup_steps, learner.lr_decay_steps, learner.lr_min_ratio) == \
-        ("cosine", 5, 50, 0.1)
-    # A config restored from JSON (lists for tuples) maps the same.
+    assert learner.learners == config.learners_cfg and learner.optimizer == config.training_cfg.optimizer
+    assert (learner.optimizer.lr, learner.learners.zero_stage, learner.seed, learner.model_path) == \
+        (3e-4, 2, 9, str(tmp_path))
+    assert learner.compute_ref and learner.head == "lm"
+    # A config restored from JSON maps the same.
     assert DAPOConfig.from_dict(config.to_dict()).learner_config(compute_ref=True) == learner
     # The learners score the sampling temperature's distribution only when asked to.
     config.env_runners(temperature=0.7)
@@ -133,18 +131,61 @@ def test_every_learner_setting_is_reachable_from_the_builder(tmp_path):
     config.training(use_rollout_logprobs=False, off_policy_correction="decoupled").validate()
 
 
+CONFIGS = [AlgorithmConfig, DAPOConfig, GRPOConfig, PPOConfig, MemPOConfig, MemAlphaConfig, SFTConfig]
+
+
+@pytest.mark.parametrize("config_class", CONFIGS, ids=lambda c: c.__name__)
+def test_each_builder_method_takes_exactly_its_sections_settings(config_class):
+    """A setting is defined once, in its section's dataclass; the builder methods list the same names as keyword
+    arguments (an editor completes them), through the base method where a config adds settings of its own."""
+    config = config_class()
+    for section in ("environment", "env_runners", "learners", "training", "evaluation", "debugging",
+                    "fault_tolerance"):
+        taken: set[str] = set()
+        for klass in config_class.__mro__:
+            method = klass.__dict__.get(section)
+            if method is not None:
+                params = inspect.signature(inspect.unwrap(method)).parameters.values()
+                taken |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"self"}
+        assert taken == set(config.settings(section)), (config_class.__name__, section)
+
+
+def test_no_setting_has_a_second_default():
+    """What the learners and the env runners are handed has no default of its own for a builder setting: the
+    sections come whole (their defaults are the builder's), the rest is given by the algorithm."""
+    from memrl.learner.learner_config import LearnerConfig
+    from memrl.learner.learner_group import LearnerGroup
+    from memrl.rollout.env_runner import EnvRunnerSpec
+    from memrl.rollout.env_runner_group import EnvRunnerGroup
+
+    config = PPOConfig()
+    settings = {name for section in ("env_runners", "learners", "training", "evaluation", "debugging",
+                                     "fault_tolerance") for name in config.settings(section)}
+    for cls in (LearnerConfig, EnvRunnerSpec):
+        for f in dataclasses.fields(cls):
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            assert not (has_default and f.name in settings), (cls.__name__, f.name)
+    for function in (LearnerGroup.__init__, EnvRunnerGroup.__init__):
+        defaults = {p.name for p in inspect.signature(function).parameters.values() if p.default is not p.empty}
+        assert not defaults & settings, (function.__qualname__, defaults & settings)
+
+
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c.learners(zero_stage=4), "learners.zero_stage must be 1, 2 or 3, got 4"),
-    (lambda c: c.learners(attn_implementation="flash"), "learners.attn_implementation must be one of"),
-    (lambda c: c.learners(dist_timeout_s=0), "learners.dist_timeout_s must be > 0"),
-    (lambda c: c.learners(dtype="float16"), "learners.dtype must be one of"),
-    (lambda c: c.training(betas=(0.9, 1.0)), r"training.betas must be two values in \[0, 1\)"),
-    (lambda c: c.training(eps=0.0), "training.eps must be > 0"),
-    (lambda c: c.training(weight_decay=-1.0), "training.weight_decay must be >= 0"),
-    (lambda c: c.training(lr_schedule="step"), "training.lr_schedule must be one of"),
-    (lambda c: c.training(lr_warmup_steps=-1), "training.lr_warmup_steps must be an integer >= 0"),
-    (lambda c: c.training(lr_schedule="linear"), r"training.lr_decay_steps must be > lr_warmup_steps \(0\)"),
-    (lambda c: c.training(lr_min_ratio=1.5), r"training.lr_min_ratio must be in \[0, 1\]"),
+    (lambda c: c.learners(zero_stage=4), "learners.zero_stage=4 is not allowed; it must be 1, 2 or 3"),
+    (lambda c: c.learners(attn_implementation="flash"), "learners.attn_implementation='flash' is not allowed"),
+    (lambda c: c.learners(dist_timeout_s=0), "learners.dist_timeout_s=0 is not allowed; it must be > 0"),
+    (lambda c: c.learners(dtype="float16"), "learners.dtype='float16' is not allowed; it must be one of"),
+    (lambda c: c.learners(num_learners=0), "learners.num_learners=0 is not allowed; it must be an integer >= 1"),
+    (lambda c: c.training(betas=[0.9, 1.0]), r"training.betas=\[0.9, 1.0\] is not allowed; it must be two values"),
+    (lambda c: c.training(eps=0.0), "training.eps=0.0 is not allowed; it must be > 0"),
+    (lambda c: c.training(weight_decay=-1.0), "training.weight_decay=-1.0 is not allowed; it must be >= 0"),
+    (lambda c: c.training(lr_schedule="step"), "training.lr_schedule='step' is not allowed; it must be one of"),
+    (lambda c: c.training(lr_warmup_steps=-1), "training.lr_warmup_steps=-1 is not allowed"),
+    (lambda c: c.training(lr_schedule="linear"), r"training.lr_decay_steps=0 is not allowed with lr_schedule="
+     r"'linear': it must be > lr_warmup_steps \(0\)"),
+    (lambda c: c.training(lr_min_ratio=1.5), r"training.lr_min_ratio=1.5 is not allowed; it must be in \[0, 1\]"),
+    (lambda c: c.env_runners(max_tokens=0), "env_runners.max_tokens must be >= 1, got 0"),
+    (lambda c: c.training(clip_low=1.0), r"training.clip_low must be in \[0, 1\), got 1.0"),
 ])
 def test_bad_learner_settings_are_named_by_their_builder_field(tmp_path, change, message):
     config = change(_valid(DAPOConfig(), tmp_path))

@@ -15,10 +15,12 @@ def test_command_line_maps_onto_the_config(tiny_checkpoint, tmp_path):
     assert config.environment_cfg.env_config == {"num_turns": 3}
     assert config.learners_cfg.model_path == str(tiny_checkpoint.absolute())
     train = config.training_cfg
-    assert (train.steps, train.lr, train.steps_per_iteration, train.task_options) == (7, 0.01, 5, [{"num_turns": 2}])
+    assert (train.steps, train.steps_per_iteration, train.task_options) == (7, 5, [{"num_turns": 2}])
     assert config.evaluation_cfg.evaluation_num_tasks == 9 and config.debugging_cfg.seed == 4
     # A decaying schedule reaches its floor at the run's last step.
-    assert (train.lr_schedule, train.lr_warmup_steps, train.lr_decay_steps) == ("cosine", 2, 7)
+    optimizer = train.optimizer
+    assert (optimizer.lr, optimizer.lr_schedule, optimizer.lr_warmup_steps, optimizer.lr_decay_steps) == \
+        (0.01, "cosine", 2, 7)
     assert train.probe_rows and not config_from_args(parser().parse_args(
         ["--model", str(tiny_checkpoint), "--out", str(tmp_path)])).training_cfg.probe_rows
 

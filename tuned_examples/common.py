@@ -195,10 +195,11 @@ def training_budget(checkpoint: str | Path) -> str:
     if sft_file.is_file():
         last = json.loads(sft_file.read_text())
         summaries = [*last.get("earlier_stages", []), last]
-        # A stage's config is SFTConfig.to_dict() (settings under "training"), or flat in older summaries.
+        # A stage's config is SFTConfig.to_dict() (settings under "training", the schedule under its "optimizer"), or
+        # flatter in older summaries.
         stages = [summary["config"].get("training", summary["config"]) for summary in summaries]
         steps = "+".join(str(stage["steps"]) for stage in stages)
-        schedules = [stage.get("lr_schedule", "constant") for stage in stages]
+        schedules = [stage.get("optimizer", stage).get("lr_schedule", "constant") for stage in stages]
         lr = f", lr {'+'.join(schedules)}" if set(schedules) != {"constant"} else ""
         return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{lr}{_minutes(summaries)}"
     return "not recorded"

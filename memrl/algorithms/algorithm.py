@@ -1,4 +1,5 @@
-"""Algorithm: one RL training loop over env runners, inference engines and a learner group (a Ray Tune Trainable).
+"""Algorithm: the RL training loop over env runners, inference engines and a learner group (a Trainer, and so a Ray
+Tune Trainable; memrl.algorithms.trainer holds what it shares with SFT: checkpoints and learner recovery).
 
 An iteration: sample groups of trajectories -> advantages -> one learner step -> broadcast the new
 weights to every engine. Everything that makes an iteration random is derived from (seed, iteration),
@@ -8,26 +9,20 @@ so a run restored from a checkpoint continues exactly as the uninterrupted run w
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import os
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import ray
-from ray import tune
 from ray.exceptions import RayActorError, RayTaskError
-from ray.tune import PlacementGroupFactory
 
-from memrl.tokenizer import tokenizer_class_path
-from memrl import checkpoints, rendezvous
+from memrl import rendezvous
 from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
-from memrl.algorithms.recovery import Recovery, wait_engines_ready
-from memrl.cluster import FailureBudget, get, trial_placement_group
+from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
+from memrl.algorithms.trainer import Trainer
+from memrl.cluster import FailureBudget, get
 from memrl.config import AlgorithmConfig
 from memrl.console import verbose
 from memrl.engines import start_engine
@@ -39,51 +34,36 @@ from memrl.learner.rows import RowBatch, TrainRow, build_rows, importance_figure
 from memrl.rollout import EngineFailed, EnvRunnerGroup, EnvRunnerSpec, Task
 from memrl.seeds import derive_seed, training_env_seeds
 from memrl.stats import eval_summary, summarize
-
-STATE_FILE = "algorithm_state.json"
-logger = logging.getLogger(__name__)
+from memrl.tokenizer import tokenizer_class_path
 
 
-class Algorithm(Recovery, tune.Trainable):
-    """Base class: builds the actors from an AlgorithmConfig dict; subclasses choose the advantages."""
+class Algorithm(EngineRecovery, Trainer):
+    """The RL trainer: engines, env runners and learners from an AlgorithmConfig; subclasses choose the defaults
+    (and PPO its critic)."""
 
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
-        """A fresh config of this algorithm with its defaults (subclasses return their own config class).
-
-        A method, not a class attribute: Ray walks class attributes when it exports an actor class, and
-        config -> algorithm -> config would never end."""
         return AlgorithmConfig()
 
     # -- construction --------------------------------------------------------------------
-    def setup(self, config: dict[str, Any]) -> None:
-        self.cfg = type(self.get_default_config()).from_dict(config)
-        self.cfg.validate()
-        self.cfg.check_components()
-        self.cfg.check_resources()
-        self.cfg.check_services()
+    def build(self) -> None:
+        """Engines, env runners and learners (started side by side), then the weight-sync group."""
         run, dbg = self.cfg.env_runners_cfg, self.cfg.debugging_cfg
-        self._trial_group = trial_placement_group(self.cfg)
-        self.seed = dbg.seed
         self.weight_version = 0
         self.counters = {"trajectories_sampled": 0, "trajectories_trained": 0, "trajectories_failed": 0,
                          "groups_dropped": 0, "trajectories_dropped": 0, "trajectories_stale": 0,
                          "conversations_trained": 0, "engine_restarts": 0, "learner_restarts": 0}
         faults = self.cfg.fault_tolerance_cfg
         self._engine_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "inference engine")
-        self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
         # Named for the runners, which may run on nodes whose cache has not seen the checkpoint: they import the class.
         self._tokenizer_class = tokenizer_class_path(self.cfg.learners_cfg.model_path)
         # Engines and runners load while the learners start: the three kinds of actor come up side by side.
         self.engines = [self._make_engine(i) for i in range(run.num_engines)]
-        self.env_runner_group = self._runner_group(self._runner_spec({}, run.temperature), wait=False)
+        self.env_runner_group = self._runner_group(self._runner_spec({}, run.sampling.temperature), wait=False)
         self.start_learners()
         wait_engines_ready(self.engines, self.cfg)
         self.env_runner_group.wait_started()
         self._prefetched: dict[int, SampledBatch] = {}  # batches sampled ahead, by the iteration they are for
-        # Why the learners' state is not that of the last completed iteration: an iteration failed once they had begun
-        # to train, or a save stopped them. The next step recovers them from a checkpoint first.
-        self._unfinished: str | None = None
         self._failed_in_a_row = 0  # iterations just before this one in which every episode failed
         self._eval_group: EnvRunnerGroup | None = None
         self._init_weight_sync()
@@ -102,39 +82,18 @@ class Algorithm(Recovery, tune.Trainable):
         """What each env runner builds: the configured env (with overrides) and workflow, sampled at `temperature`,
         with `num_envs` episodes in flight (None: env_runners.num_envs_per_env_runner)."""
         env, run = self.cfg.environment_cfg, self.cfg.env_runners_cfg
-        sampling = dataclasses.replace(run.sampling(), temperature=temperature)
-        faults = self.cfg.fault_tolerance_cfg
         return EnvRunnerSpec(env=env.env, env_config={**env.env_config, **env_overrides}, workflow=run.workflow,
                              workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
-                             tokenizer_class=self._tokenizer_class,
-                             sampling=sampling, num_envs=num_envs or run.num_envs_per_env_runner,
-                             max_calls=run.max_calls_per_episode, episode_retries=faults.episode_retries,
-                             engine_call_timeout_s=faults.engine_call_timeout_s)
+                             sampling=dataclasses.replace(run.sampling, temperature=temperature),
+                             num_envs=num_envs or run.num_envs_per_env_runner, max_calls=run.max_calls_per_episode,
+                             tokenizer_class=self._tokenizer_class, faults=self.cfg.fault_tolerance_cfg)
 
     def _runner_group(self, spec: EnvRunnerSpec, wait: bool = True) -> EnvRunnerGroup:
         """env_runners.num_env_runners runners of `spec` over the engines, with the run's failure budget; `wait`:
         return once they are up."""
-        faults = self.cfg.fault_tolerance_cfg
-        return EnvRunnerGroup(spec, self.engines, self.cfg.env_runners_cfg.num_env_runners,
-                              max_failures=faults.max_actor_failures, failure_window_s=faults.failure_window_s,
-                              sample_timeout_s=faults.sample_timeout_s, start_timeout_s=faults.actor_start_timeout_s,
-                              resources_per_runner=self.cfg.env_runners_cfg.resources_per_env_runner, wait=wait)
-
-    @classmethod
-    def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
-        """Under Ray Tune, each trial reserves its learners and engines with it (AlgorithmConfig.trial_bundles), so
-        trials pack exactly."""
-        return PlacementGroupFactory(type(cls.get_default_config()).from_dict(config).trial_bundles()[0],
-                                     strategy="PACK")
-
-    def placement(self, group: str, index: int | None = None):
-        """Where actors of `group` (an actor_groups name) go in this Tune trial's placement group: (the placement
-        group, their bundle indices), or with `index` (the placement group, that actor's bundle index); None outside
-        a trial."""
-        if self._trial_group is None:
-            return None
-        bundles = self.cfg.trial_bundles()[1][group]
-        return (self._trial_group, bundles if index is None else bundles[index])
+        run = self.cfg.env_runners_cfg
+        return EnvRunnerGroup(spec, self.engines, run.num_env_runners,
+                              resources_per_runner=run.resources_per_env_runner, wait=wait)
 
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
@@ -158,13 +117,17 @@ class Algorithm(Recovery, tune.Trainable):
             "fault_tolerance.weight_sync_timeout_s")
         self._weight_metas = self.learner_group.weight_metas()
 
-    # -- one iteration -------------------------------------------------------------------
-    def start_learners(self) -> None:
-        """Start the learner groups (at setup, and anew after a learner failed)."""
-        train = self.cfg.training_cfg
-        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=train.loss.kl_coef > 0),
-                                          **self.cfg.learner_group_options(), placement=self.placement("learners"))
+    def _rejoin_learners(self, failure: Exception) -> None:
+        """Connect new learner groups to the rest of the run: engines that broke with them replaced, weight sync."""
+        broken = self._broken_engines()
+        if broken:
+            self._start_engines(broken, failure)
+        self._init_weight_sync()
 
+    def _counter_dicts(self) -> list[dict[str, int]]:
+        return [self.counters, self.env_runner_group.counters]
+
+    # -- one iteration -------------------------------------------------------------------
     def _step(self, replay: bool = False) -> dict[str, Any]:
         """One iteration (`replay`: one run again after a learner recovery, not logged again).
 
@@ -172,10 +135,8 @@ class Algorithm(Recovery, tune.Trainable):
         batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batch k
         iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after).
         An iteration that fails once its learners have begun to train is never run again on top of that: the next call
-        recovers the learners from the newest periodic checkpoint (Recovery.step) or fails naming the iteration."""
+        recovers the learners from the newest periodic checkpoint (Trainer.step) or fails naming the iteration."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
-        if self._unfinished is not None:
-            raise LearnerFailed(self._unfinished)
         train = self.cfg.training_cfg
         t_start = time.perf_counter()
         sampled = self._prefetched.pop(iteration, None)
@@ -395,7 +356,7 @@ class Algorithm(Recovery, tune.Trainable):
         training.reward_shapers leave (memrl.learner.advantages); returns figures for the result's "learners"
         section."""
         train = self.cfg.training_cfg
-        inputs = AdvantageInputs(trajectories, batch, train, self.cfg.env_runners_cfg.max_tokens,
+        inputs = AdvantageInputs(trajectories, batch, train, self.cfg.env_runners_cfg.sampling.max_tokens,
                                  score=lambda rows: self.learner_group.compute_logprobs(rows)[0],
                                  values=self.critic_values())
         inputs.rewards = shape_rewards(inputs)
@@ -419,7 +380,7 @@ class Algorithm(Recovery, tune.Trainable):
         for share in np.array_split(np.arange(len(trajectories)), min(train.num_minibatches, len(trajectories))):
             picked = np.flatnonzero(np.isin(owner, share))
             steps.append(group.train_step([rows[i] for i in picked], train.loss,
-                                          max_tokens=self.cfg.env_runners_cfg.max_tokens))
+                                          max_tokens=self.cfg.env_runners_cfg.sampling.max_tokens))
         counts = ("tokens", "rows", "micro_batches", "forward_passes", "step_s")
         merged = {k: float(np.sum([s[k] for s in steps]) if k in counts else np.mean([s[k] for s in steps]))
                   for k in steps[0]}
@@ -504,32 +465,12 @@ class Algorithm(Recovery, tune.Trainable):
         return seconds, lost is not None
 
     # -- checkpoints ---------------------------------------------------------------------
-    def learner_groups(self) -> dict[str, LearnerGroup]:
-        """The learner groups a checkpoint keeps, by the subdirectory each is saved in."""
-        return {"learner": self.learner_group}
-
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
-        for name, group in self.learner_groups().items():
-            try:
-                group.save_checkpoint(str(Path(checkpoint_dir) / name))
-            except checkpoints.CheckpointError:
-                # The group stopped with its state: the next iteration recovers it instead of training on nothing.
-                self._unfinished = f"the save after iteration {self.iteration} stopped the learners"
-                raise
+    def save_files(self, checkpoint_dir: str) -> None:
+        """The batches sampled ahead, which the restored run trains on as the uninterrupted one would."""
         save_batches(self._prefetched.values(), checkpoint_dir)
-        state = {"iteration": self.iteration, "config": self.cfg.to_dict(), **self.checkpoint_state()}
-        (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(state, indent=1))
-        checkpoints.seal(checkpoint_dir, checksums=self.cfg.fault_tolerance_cfg.checkpoint_checksums)
 
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
-        checkpoints.verify(checkpoint_dir)  # before any file is unpickled
-        state = json.loads((Path(checkpoint_dir) / STATE_FILE).read_text())
-        for name, group in self.learner_groups().items():
-            group.load_checkpoint(str(Path(checkpoint_dir) / name))
-        self._iteration = state["iteration"]  # Tune's own counter: the next iteration's tasks follow from it
-        self._unfinished = None
+    def load_files(self, checkpoint_dir: str) -> None:
         self._prefetched = load_batches(checkpoint_dir)
-        self.restore_state(state)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a checkpoint keeps besides the learners' weights and optimizer (JSON): the weight version and the
@@ -544,43 +485,13 @@ class Algorithm(Recovery, tune.Trainable):
         self.weight_version = state["weight_version"] - 1
         self.sync_weights()  # engines get the restored weights under the saved version
 
-    def save_to_path(self, path: str | os.PathLike) -> str:
-        """Write a checkpoint to `path` durably: a crash at any moment leaves a complete checkpoint (the new one or the
-        one it replaces) that restore_from_path finds."""
-        path = Path(path).absolute()
-        checkpoints.check_target(path, STATE_FILE)
-        staged = checkpoints.staging_dir(path)
-        try:
-            self.save_checkpoint(str(staged))
-            checkpoints.commit(staged, path)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-        return str(path)
-
-    def save_model(self, path: str | os.PathLike) -> str:
-        """Write the current policy as a Hugging Face checkpoint (model and tokenizer) to `path`."""
-        Path(path).mkdir(parents=True, exist_ok=True)
-        self.learner_group.save_hf(str(path))
-        return str(path)
-
-    def restore_from_path(self, path: str | os.PathLike) -> None:
-        """Load a `save_to_path` checkpoint into this (already built) algorithm; training continues from it. A save
-        killed while replacing the checkpoint at `path` left the previous one aside, and that one is loaded."""
-        found = checkpoints.resolve(path)
-        if found != Path(path).absolute():
-            logger.warning("%s is incomplete (a save was interrupted); restoring the previous checkpoint %s", path,
-                           found)
-        self.load_checkpoint(str(found))
-
     def cleanup(self) -> None:
         for group in (self.env_runner_group, self._eval_group):
             if group is not None:
                 group.shutdown()
         for engine in self.engines:
             ray.kill(engine)
-        for group in self.learner_groups().values():
-            group.shutdown()
+        super().cleanup()
         if self._wandb is not None:
             self._wandb.finish()
 

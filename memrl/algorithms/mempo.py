@@ -12,10 +12,11 @@ memrl.learner.advantages.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import GRPOConfig
-from memrl.config import TrainingConfig
+from memrl.config import NOT_SET, TrainingConfig, builder, given
 
 
 @dataclass
@@ -34,6 +35,12 @@ class MemPOConfig(GRPOConfig):
     def __init__(self):
         super().__init__()
         self.training_cfg = MemPOTrainingConfig(**{**vars(self.training_cfg), "advantage_estimator": "mempo"})
+
+    @builder
+    def training(self, *, memory_advantage_coef: float = NOT_SET, **common) -> Self:
+        """Set MemPO's weight of the memory advantage and, through AlgorithmConfig.training, the common settings."""
+        super().training(**common)
+        return self._set("training", **given(locals()))
 
     def validate(self) -> None:
         super().validate()

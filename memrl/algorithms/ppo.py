@@ -10,10 +10,13 @@ maths is the "gae" estimator of memrl.learner.advantages.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
+from typing import Self
 
 from memrl.algorithms.algorithm import Algorithm
-from memrl.config import AlgorithmConfig, TrainingConfig
+from memrl.config import NOT_SET, AlgorithmConfig, TrainingConfig, builder, given
 from memrl.episode import Trajectory
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
@@ -49,6 +52,15 @@ class PPOConfig(AlgorithmConfig):
                                               advantage_estimator="gae",
                                               loss=LossConfig(clip_low=0.2, clip_high=0.2, aggregation="token_mean"))
 
+    @builder
+    def training(self, *, gamma: float = NOT_SET, lam: float = NOT_SET, critic_lr: float = NOT_SET,
+                 critic_model_path: str | None = NOT_SET, critic_warmup_iterations: int = NOT_SET,
+                 whiten_advantages: bool = NOT_SET, **common) -> Self:
+        """Set PPOTrainingConfig's own settings (the critic's and GAE's) and, through AlgorithmConfig.training, the
+        common ones."""
+        super().training(**common)
+        return self._set("training", **given(locals()))
+
     def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
         """The policy's actors plus the critic's learners (as many as the policy's, same resources each)."""
         groups = super().actor_groups()
@@ -80,11 +92,12 @@ class PPO(Algorithm):
     def start_learners(self) -> None:
         super().start_learners()
         learn, train = self.cfg.learners_cfg, self.cfg.training_cfg
-        self.critic_group = LearnerGroup(
-            self.cfg.learner_config(model_path=train.critic_model_path or learn.model_path, lr=train.critic_lr,
-                                    head="value"),
-            **self.cfg.learner_group_options(), placement=self.placement("critic learners"),
-        )
+        critic = dataclasses.replace(
+            self.cfg.learner_config(head="value"),
+            learners=dataclasses.replace(learn, model_path=train.critic_model_path or learn.model_path),
+            optimizer=dataclasses.replace(train.optimizer, lr=train.critic_lr))
+        self.critic_group = LearnerGroup(critic, faults=self.cfg.fault_tolerance_cfg,
+                                         placement=self.placement("critic learners"))
 
     def critic_values(self):
         return self.critic_group.compute_values

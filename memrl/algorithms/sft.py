@@ -24,15 +24,15 @@ import functools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from memrl.algorithms.algorithm import Algorithm
-from memrl.cluster import FailureBudget, trial_placement_group
-from memrl.config import AlgorithmConfig, TrainingConfig
+from memrl.algorithms.trainer import Trainer
+from memrl.config import NOT_SET, AlgorithmConfig, TrainingConfig, builder, given
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.episode import Trajectory
+from memrl.learner.learner_config import OptimizerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 from memrl.learner.rows import TrainRow
@@ -78,7 +78,15 @@ class SFTConfig(AlgorithmConfig):
         super().__init__()
         self.environment_cfg.env = "memrl/Echo-v0"
         self.learners_cfg.token_budget = 4096
-        self.training_cfg = SFTTrainingConfig(lr=1e-3, loss=LossConfig(kind="sft"))
+        self.training_cfg = SFTTrainingConfig(optimizer=OptimizerConfig(lr=1e-3), loss=LossConfig(kind="sft"))
+
+    @builder
+    def training(self, *, batch_size: int = NOT_SET, steps: int = NOT_SET, steps_per_iteration: int = NOT_SET,
+                 num_train_tasks: int = NOT_SET, task_options: list[dict] = NOT_SET, probe_rows: bool = NOT_SET,
+                 **common) -> Self:
+        """Set the SFT run's settings and, through AlgorithmConfig.training, the optimizer's (lr, ...)."""
+        super().training(**common)
+        return self._set("training", **given(locals()))
 
     def validate(self) -> None:
         super().validate()
@@ -104,26 +112,21 @@ class SFTConfig(AlgorithmConfig):
         return super().actor_groups()[:1]
 
 
-class SFT(Algorithm):
+class SFT(Trainer):
     """Supervised warm-start on expert rows, on the same DeepSpeed learners as RL."""
 
     @classmethod
     def get_default_config(cls) -> SFTConfig:
         return SFTConfig()
 
-    def setup(self, config: dict[str, Any]) -> None:
-        from memrl.tokenizer import new_tokenizer
+    def build(self) -> None:
+        """The expert's training and held-out rows, the learners, and a torch engine in this process for the greedy
+        held-out episodes; then the first evaluation."""
         from memrl.engines.torch_engine import TorchEngine
+        from memrl.tokenizer import new_tokenizer
 
-        self.cfg = SFTConfig.from_dict(config)
-        self.cfg.validate()
-        self.cfg.check_components()
-        self.cfg.check_resources()
-        self.cfg.check_services()
-        self._trial_group = trial_placement_group(self.cfg)
         env, run, learn, train = (self.cfg.environment_cfg, self.cfg.env_runners_cfg, self.cfg.learners_cfg,
                                   self.cfg.training_cfg)
-        self.seed = self.cfg.debugging_cfg.seed
         tokenizer = new_tokenizer(learn.model_path)
         self._task = dict(env_id=env.env, env_config=env.env_config, workflow=run.workflow,
                           workflow_config=run.workflow_config, tokenizer=tokenizer, max_calls=run.max_calls_per_episode,
@@ -149,10 +152,7 @@ class SFT(Algorithm):
         # The learner's train_step reads these; the SFT loss ignores them.
         self.train_rows = [{**r, "old_logprobs": np.zeros(len(r["response_ids"]), np.float32),
                             "advantages": np.zeros(len(r["response_ids"]), np.float32)} for r in rows]
-        faults = self.cfg.fault_tolerance_cfg
-        self._learner_budget = FailureBudget(faults.max_actor_failures, faults.failure_window_s, "learner group")
         self.counters = {"learner_restarts": 0}
-        self._prefetched = {}  # Algorithm's checkpoints keep batches sampled ahead; SFT's rows are fixed
         self.start_learners()
         self.engine = TorchEngine(learn.model_path, seed=self.seed)
         self.rng = np.random.default_rng(self.seed)
@@ -160,16 +160,6 @@ class SFT(Algorithm):
         self.train_nll: list[float] = []
         self.train_s = 0.0
         self.curve = [self.evaluate()]
-
-    def start_learners(self) -> None:
-        self.learner_group = LearnerGroup(self.cfg.learner_config(compute_ref=False),
-                                          **self.cfg.learner_group_options(), placement=self.placement("learners"))
-
-    def _rejoin_learners(self, failure: Exception) -> None:
-        pass  # the engine is in this process and takes the restored weights in restore_state
-
-    def _counter_dicts(self) -> list[dict[str, int]]:
-        return [self.counters]
 
     def _step(self, replay: bool = False) -> dict[str, Any]:
         train = self.cfg.training_cfg
@@ -226,10 +216,6 @@ class SFT(Algorithm):
         self.train_s = state["train_s"]
         self.rng.bit_generator.state = state["rng"]
         self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
-
-    def cleanup(self) -> None:
-        self.learner_group.shutdown()
-
 
 SFTConfig.algo_class = SFT
 

@@ -14,16 +14,20 @@ if TYPE_CHECKING:  # only for annotations: env runners import this module and ne
 
 @dataclass
 class SamplingConfig:
-    """How to sample one response."""
+    """How to sample one response: the builder's env_runners(max_tokens=..., temperature=..., top_p=...) for
+    training rollouts, and what held-out runs and chat actors ask for."""
 
-    max_tokens: int = 256
-    """Most new tokens to generate."""
+    max_tokens: int = 64
+    """Most new tokens per call."""
     temperature: float = 1.0
-    """Softmax temperature; 0 means greedy."""
+    """Softmax temperature; 0 means greedy. For training rollouts the learner trains the model's own distribution
+    (logits not divided by it) on them, as the engine's logprobs are; below 1 this keeps training near the greedy
+    policy (training.tempered_logprobs trains the tempered one instead)."""
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]; 1 keeps the whole distribution."""
     stop_token_ids: list[int] = field(default_factory=list)
-    """Generation ends after any of these tokens (the token is kept in the output)."""
+    """Generation ends after any of these tokens (the token is kept in the output); an env runner given none stops
+    on its tokenizer's EOS."""
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -153,21 +153,22 @@ class Learner:
         if backend == "gloo":
             clear_stale_build_lock()
         rendezvous.use_interface(master_addr)
-        store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, config.dist_timeout_s,
+        deadline_s = config.learners.dist_timeout_s
+        store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, deadline_s,
                                       self._take_listener())
-        timeout = timedelta(seconds=config.dist_timeout_s)
+        timeout = timedelta(seconds=deadline_s)
         dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
         deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)  # takes torch's group
         self.device = torch.device(get_accelerator().current_device_name())
         torch.manual_seed(config.seed)
 
         train_ds = deepspeed_config(config, train=True)
-        model = self._load_model()
+        model, opt = self._load_model(), config.optimizer
         optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+            model.parameters(), lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay
         )
         # DeepSpeed steps the scheduler after each optimizer step and keeps its position in its checkpoints.
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(lr_factor, config))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(lr_factor, opt))
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                                     config=train_ds)
         self.ref_engine = None
@@ -188,14 +189,14 @@ class Learner:
             head_config = AutoConfig.from_pretrained(self.config.model_path, num_labels=1)
             head_config.classifier_dropout = 0.0
             model = AutoModelForTokenClassification.from_pretrained(
-                self.config.model_path, config=head_config, dtype=DTYPES[self.config.dtype],
-                attn_implementation=self.config.attn_implementation,
+                self.config.model_path, config=head_config, dtype=DTYPES[self.config.learners.dtype],
+                attn_implementation=self.config.learners.attn_implementation,
             )
         else:
             model = AutoModelForCausalLM.from_pretrained(
                 self.config.model_path,
-                dtype=DTYPES[self.config.dtype],
-                attn_implementation=self.config.attn_implementation,
+                dtype=DTYPES[self.config.learners.dtype],
+                attn_implementation=self.config.learners.attn_implementation,
             )
         model.config.use_cache = False
         return model
@@ -249,7 +250,7 @@ class Learner:
         """Forward every micro-batch without gradients; `read(mb, logits)` gives [B, T] tensors, cut per row."""
         check_rows(rows)
         engine.eval()
-        batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
+        batches = make_micro_batches([row_length(r) for r in rows], self.config.learners.token_budget)
         results: list[tuple[np.ndarray, ...] | None] = [None] * len(rows)
         with torch.no_grad():
             for i in range(self._max_over_ranks(len(batches))):
@@ -282,7 +283,7 @@ class Learner:
         start = time.perf_counter()
         has_ref = check_train_rows(rows, self.config.head, loss_config)
         corrected = self.config.head == "lm" and loss_config.off_policy_correction != "none"
-        batches = make_micro_batches([row_length(r) for r in rows], self.config.token_budget)
+        batches = make_micro_batches([row_length(r) for r in rows], self.config.learners.token_budget)
         num_passes = self._max_over_ranks(len(batches))
         self.engine.train()
         sums: dict[str, float] = {"loss": 0.0, "tokens": 0.0}

@@ -1,10 +1,13 @@
-"""LearnerConfig: how each learner rank builds its model, optimizer and micro-batches, and the DeepSpeed config
-made from it. Kept apart from the learner actor so that configs build and validate without importing DeepSpeed."""
+"""The learner side's settings: the learner group (LearnersConfig), the optimizer (OptimizerConfig), what each rank
+builds from them (LearnerConfig) and the DeepSpeed config made from that. Kept apart from the learner actor so that
+configs build and validate without importing DeepSpeed; the builder (memrl.config) holds the first two as its
+learners and training sections, and hands them to the learners unchanged."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 
 DTYPE_NAMES = ("float32", "bfloat16")
 """Training dtypes a learner accepts, by name."""
@@ -19,48 +22,129 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 """Shapes of the learning rate after warm-up: held, or decayed linearly or along a half cosine to lr_min_ratio."""
 
 
-@dataclass
-class LearnerConfig:
-    """How each learner rank builds its model, optimizer and micro-batches."""
+def _at_least(where: str, value, low, *, strict: bool = False) -> None:
+    if not (value > low if strict else value >= low):
+        raise ValueError(f"{where}={value!r} is not allowed; it must be {'>' if strict else '>='} {low}")
 
-    model_path: str
-    """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference)."""
-    lr: float = 1e-6
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule: the builder's training(lr=..., ...) settings, handed to every learner
+    unchanged (a PPO critic's copy differs in its lr)."""
+
+    lr: float = 1e-5
     """AdamW peak learning rate (see lr_schedule)."""
     lr_schedule: str = "constant"
     """"constant", "linear" or "cosine": how the learning rate moves from lr (after warm-up) to lr * lr_min_ratio
-    at optimizer step lr_decay_steps, where it then stays."""
+    at optimizer step lr_decay_steps, where it then stays. Resuming a checkpoint continues the schedule."""
     lr_warmup_steps: int = 0
     """Optimizer steps of linear warm-up: step k (from 0) uses lr * (k + 1) / lr_warmup_steps."""
     lr_decay_steps: int = 0
-    """Optimizer step at which a linear or cosine schedule reaches its floor (> lr_warmup_steps); unused when
-    constant."""
+    """Optimizer step at which a linear or cosine schedule reaches its floor (> lr_warmup_steps); with
+    num_minibatches steps per iteration, iterations x num_minibatches. Unused when constant."""
     lr_min_ratio: float = 0.0
     """Floor of a decaying schedule, as a share of lr."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW moment decay rates."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW moment decay rates, two values each in [0, 1) (a list, as the config's JSON form keeps it)."""
     eps: float = 1e-8
     """AdamW denominator epsilon."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 turns clipping off."""
-    zero_stage: int = 3
-    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters."""
-    param_persistence_threshold: int = 100_000
-    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the first setting (as training.<name>) outside what is allowed."""
+        _at_least("training.lr", self.lr, 0, strict=True)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"training.lr_schedule={self.lr_schedule!r} is not allowed; it must be one of "
+                             f"{LR_SCHEDULES}")
+        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ValueError(f"training.lr_warmup_steps={self.lr_warmup_steps!r} is not allowed; it must be an "
+                             "integer >= 0")
+        if self.lr_schedule != "constant" and not self.lr_decay_steps > self.lr_warmup_steps:
+            raise ValueError(f"training.lr_decay_steps={self.lr_decay_steps!r} is not allowed with lr_schedule="
+                             f"{self.lr_schedule!r}: it must be > lr_warmup_steps ({self.lr_warmup_steps}), the step "
+                             "its decay ends")
+        if not 0 <= self.lr_min_ratio <= 1:
+            raise ValueError(f"training.lr_min_ratio={self.lr_min_ratio!r} is not allowed; it must be in [0, 1]")
+        _at_least("training.weight_decay", self.weight_decay, 0)
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"training.betas={self.betas!r} is not allowed; it must be two values in [0, 1)")
+        _at_least("training.eps", self.eps, 0, strict=True)
+        _at_least("training.grad_clip", self.grad_clip, 0)
+
+
+@dataclass
+class LearnersConfig:
+    """The learner group: the model, the DeepSpeed ranks, their placement and micro-batches (the builder's
+    learners(...) settings), handed to the learner group and every rank unchanged."""
+
+    model_path: str | None = None
+    """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference); the tuned
+    examples default to the shipped tiny model."""
+    num_learners: int = 1
+    """DeepSpeed data-parallel ranks, one Ray actor each."""
+    num_gpus_per_learner: float = 0.0
+    """GPUs each learner reserves (0 on CPU machines)."""
+    num_cpus_per_learner: int = 1
+    """CPUs each learner reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU learner trains on as many
+    threads (one learner on a 2-core machine: 2)."""
+    resources_per_learner: dict = field(default_factory=dict)
+    """Ray custom resources each learner reserves, which places learners on the nodes that offer them: e.g.
+    {"learner_node": 1} with those nodes started `ray start --resources='{"learner_node": 8}'`."""
     token_budget: int = 8192
     """Most padded tokens (rows x longest row) in one forward pass."""
-    seed: int = 0
-    """Seed for torch's RNG on every rank."""
-    compute_ref: bool = False
-    """Also keep a frozen copy of the initial model to compute reference logprobs (KL terms)."""
     dtype: str = "float32"
     """Parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
+    zero_stage: int = 3
+    """DeepSpeed ZeRO stage: 3 partitions parameters, gradients and optimizer state; 2 and 1 keep whole parameters.
+    With one learner there is nothing to partition and 2 is faster (benchmarks/vs_trl.py)."""
+    param_persistence_threshold: int = 100_000
+    """ZeRO-3 keeps parameters with fewer elements than this whole on every rank (fewer small gathers)."""
     attn_implementation: str = "sdpa"
-    """transformers attention backend: "sdpa" or "eager" (or "flash_attention_2" where installed)."""
+    """transformers attention backend of the learners: "sdpa", "eager" or "flash_attention_2" (GPUs, where
+    installed). Stitched trajectories (4D masks) are exact under sdpa and eager."""
     dist_timeout_s: float = 1800.0
-    """Timeout of the learners' collectives; a rank that never arrives fails the step instead of hanging."""
+    """Deadline of the learners' collectives: a rank that never arrives fails the step instead of hanging it."""
+    weight_sync_bucket_bytes: int = 64 * 1024**2
+    """Bucket size of the learner-to-engine weight broadcast."""
+
+    def check(self) -> None:
+        """Raise ValueError naming the first setting (as learners.<name>) outside what is allowed; model_path is
+        checked where the learners start (a config may name a checkpoint on the cluster's nodes only)."""
+        for name in ("num_learners", "num_cpus_per_learner", "token_budget", "weight_sync_bucket_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"learners.{name}={value!r} is not allowed; it must be an integer >= 1")
+        _at_least("learners.num_gpus_per_learner", self.num_gpus_per_learner, 0)
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"learners.dtype={self.dtype!r} is not allowed; it must be one of {DTYPE_NAMES}")
+        if self.zero_stage not in (1, 2, 3):
+            raise ValueError(f"learners.zero_stage={self.zero_stage!r} is not allowed; it must be 1, 2 or 3")
+        _at_least("learners.param_persistence_threshold", self.param_persistence_threshold, 0)
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"learners.attn_implementation={self.attn_implementation!r} is not allowed; it must be "
+                             f"one of {ATTN_IMPLEMENTATIONS}")
+        _at_least("learners.dist_timeout_s", self.dist_timeout_s, 0, strict=True)
+
+
+@dataclass
+class LearnerConfig:
+    """What each learner rank builds: the learner group's settings and the optimizer's as the builder holds them,
+    and what the algorithm chooses (the seed, a reference model, the logits' temperature, the head)."""
+
+    learners: LearnersConfig
+    """The model, ZeRO, micro-batches, dtype and placement (AlgorithmConfig.learners)."""
+    optimizer: OptimizerConfig
+    """AdamW and its schedule (AlgorithmConfig.training)."""
+    seed: int
+    """Seed for torch's RNG on every rank (debugging.seed)."""
+    compute_ref: bool = False
+    """Also keep a frozen copy of the initial model to compute reference logprobs (KL terms)."""
     logit_temperature: float = 1.0
     """The policy's logits are divided by this before logprobs and entropy: the distribution the engines sample from
     at that temperature, so tokens sampled at T != 1 are scored exactly on-policy. 1 scores the model's own."""
@@ -69,51 +153,22 @@ class LearnerConfig:
     backbone with a fresh scalar head (AutoModelForTokenClassification, one label), trained on value targets."""
 
     def __post_init__(self) -> None:
-        # model_path is checked where the learners start (LearnerGroup): a config may name a checkpoint that lives
-        # on the cluster's nodes, not on the machine that builds the config.
-        if not self.lr > 0:
-            raise ValueError(f"LearnerConfig.lr must be > 0, got {self.lr}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"LearnerConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
-        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
-            raise ValueError(f"LearnerConfig.lr_warmup_steps must be an integer >= 0, got {self.lr_warmup_steps!r}")
-        if self.lr_schedule != "constant" and not self.lr_decay_steps > self.lr_warmup_steps:
-            raise ValueError(f"LearnerConfig.lr_decay_steps must be > lr_warmup_steps ({self.lr_warmup_steps}) with "
-                             f"lr_schedule={self.lr_schedule!r} (the step its decay ends), got {self.lr_decay_steps!r}")
-        if not 0 <= self.lr_min_ratio <= 1:
-            raise ValueError(f"LearnerConfig.lr_min_ratio must be in [0, 1], got {self.lr_min_ratio!r}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"LearnerConfig.weight_decay must be >= 0, got {self.weight_decay}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"LearnerConfig.betas must be two values in [0, 1), got {self.betas}")
-        if not self.eps > 0:
-            raise ValueError(f"LearnerConfig.eps must be > 0, got {self.eps}")
-        if not self.grad_clip >= 0:
-            raise ValueError(f"LearnerConfig.grad_clip must be >= 0 (0 = off), got {self.grad_clip}")
-        if self.zero_stage not in (1, 2, 3):
-            raise ValueError(f"LearnerConfig.zero_stage must be 1, 2 or 3, got {self.zero_stage}")
-        if self.param_persistence_threshold < 0:
-            raise ValueError(
-                f"LearnerConfig.param_persistence_threshold must be >= 0, got {self.param_persistence_threshold}"
-            )
-        if self.token_budget < 1:
-            raise ValueError(f"LearnerConfig.token_budget must be >= 1, got {self.token_budget}")
-        if self.dtype not in DTYPE_NAMES:
-            raise ValueError(f"LearnerConfig.dtype must be one of {DTYPE_NAMES}, got {self.dtype!r}")
+        self.learners.check()
+        self.optimizer.check()
         if not self.logit_temperature > 0:
             raise ValueError(f"LearnerConfig.logit_temperature must be > 0, got {self.logit_temperature}")
         if self.head not in HEADS:
             raise ValueError(f"LearnerConfig.head must be one of {HEADS}, got {self.head!r}")
         if self.head == "value" and self.compute_ref:
             raise ValueError("LearnerConfig.compute_ref is for policies; a critic (head='value') has no reference")
-        if not self.dist_timeout_s > 0:
-            raise ValueError(f"LearnerConfig.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
-        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"LearnerConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got "
-                             f"{self.attn_implementation!r}")
+
+    @property
+    def model_path(self) -> str:
+        """The checkpoint the ranks load (learners.model_path)."""
+        return self.learners.model_path
 
 
-def lr_factor(config: LearnerConfig, step: int) -> float:
+def lr_factor(config: OptimizerConfig, step: int) -> float:
     """The share of config.lr that optimizer step `step` (counted from 0) uses under config's schedule."""
     if step < config.lr_warmup_steps:
         return (step + 1) / config.lr_warmup_steps
@@ -126,21 +181,22 @@ def lr_factor(config: LearnerConfig, step: int) -> float:
 
 def deepspeed_config(config: LearnerConfig, train: bool) -> dict:
     """The DeepSpeed config of the policy engine (train=True) or the frozen reference engine."""
+    learners = config.learners
     ds = {
         # Batches are ours (token-budget micro-batches); DeepSpeed only needs consistent numbers here.
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         # ZeRO-1/2 partition only optimizer state and gradients, which a frozen model has none of.
-        "zero_optimization": {"stage": config.zero_stage if train or config.zero_stage == 3 else 0},
-        "bf16": {"enabled": config.dtype == "bfloat16"},
+        "zero_optimization": {"stage": learners.zero_stage if train or learners.zero_stage == 3 else 0},
+        "bf16": {"enabled": learners.dtype == "bfloat16"},
         "steps_per_print": 1 << 62,
         "wall_clock_breakdown": False,
     }
-    if config.zero_stage == 3:
-        ds["zero_optimization"]["stage3_param_persistence_threshold"] = config.param_persistence_threshold
+    if learners.zero_stage == 3:
+        ds["zero_optimization"]["stage3_param_persistence_threshold"] = learners.param_persistence_threshold
     if train:
         # Each train_step runs a varying number of backward passes and then exactly one step(): in unmanaged
         # mode backward() only accumulates and every step() is the boundary that reduces and updates.
         ds["managed_gradient_accumulation"] = False
-        ds["gradient_clipping"] = config.grad_clip
+        ds["gradient_clipping"] = config.optimizer.grad_clip
     return ds

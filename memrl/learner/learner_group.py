@@ -18,6 +18,7 @@ from memrl import checkpoints, rendezvous
 from memrl.cluster import get
 from memrl.learner.batching import Row, check_rows, row_length
 from memrl.learner.learner import Learner, check_train_rows, cpu_comm_op_dir
+from memrl.config import FaultToleranceConfig
 from memrl.learner.learner_config import LearnerConfig
 from memrl.learner.losses import LossConfig
 from memrl.weight_sync import TensorMeta
@@ -79,25 +80,21 @@ def step_counts(rows: Sequence[Row]) -> tuple[float, float]:
 class LearnerGroup:
     """N Learner actors forming one DeepSpeed data-parallel world."""
 
-    def __init__(self, config: LearnerConfig, num_learners: int = 1, num_gpus_per_learner: float = 0.0, *,
-                 num_cpus_per_learner: int = 1, resources_per_learner: dict | None = None,
-                 call_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
+    def __init__(self, config: LearnerConfig, *, faults: FaultToleranceConfig | None = None,
                  placement: tuple[PlacementGroup, list[int]] | None = None):
-        """`resources_per_learner`: Ray custom resources each learner reserves (which nodes it may run on);
-        `call_timeout_s` bounds every call on the learners (a step, a logprob pass, a save); `start_timeout_s`
-        their placement and start. `placement` (a placement group and one bundle index per rank, e.g. a Tune
-        trial's) puts the learners there; without it the group reserves a placement group of its own."""
-        if num_learners < 1:
-            raise ValueError(f"num_learners must be >= 1, got {num_learners}")
-        if num_gpus_per_learner < 0:
-            raise ValueError(f"num_gpus_per_learner must be >= 0, got {num_gpus_per_learner}")
-        if num_cpus_per_learner < 1:
-            raise ValueError(f"num_cpus_per_learner must be >= 1, got {num_cpus_per_learner}")
-        if not Path(config.model_path).is_dir():
-            raise ValueError(f"LearnerConfig.model_path {config.model_path!r} is not a local checkpoint directory")
+        """config.learners sizes and places the group (num_learners, CPUs, GPUs and custom resources each);
+        `faults` gives the deadlines: learner_timeout_s bounds every call on the learners (a step, a logprob pass, a
+        save), actor_start_timeout_s their placement and start (None: FaultToleranceConfig's defaults). `placement`
+        (a placement group and one bundle index per rank, e.g. a Tune trial's) puts the learners there; without it
+        the group reserves a placement group of its own."""
+        learn, faults = config.learners, faults or FaultToleranceConfig()
+        num_learners, num_gpus_per_learner = learn.num_learners, learn.num_gpus_per_learner
+        num_cpus_per_learner, start_timeout_s = learn.num_cpus_per_learner, faults.actor_start_timeout_s
+        if not Path(learn.model_path or "").is_dir():
+            raise ValueError(f"learners.model_path {learn.model_path!r} is not a local checkpoint directory")
         self.config = config
         self.num_learners = num_learners
-        self.call_timeout_s = call_timeout_s
+        self.call_timeout_s = faults.learner_timeout_s
         self.start_timeout_s = start_timeout_s
         self.learners: list = []
         if not num_gpus_per_learner and not _cpu_comm_op_built():
@@ -105,7 +102,7 @@ class LearnerGroup:
                   file=sys.stderr, flush=True)
         # Ray sets each actor's OMP_NUM_THREADS to its CPUs, so torch trains on that many threads.
         bundle = {"CPU": num_cpus_per_learner, **({"GPU": num_gpus_per_learner} if num_gpus_per_learner else {}),
-                  **(resources_per_learner or {})}
+                  **learn.resources_per_learner}
         if placement is not None and len(placement[1]) != num_learners:
             raise ValueError(f"placement names {len(placement[1])} bundles for {num_learners} learners")
         self._owns_pg = placement is None

@@ -11,18 +11,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import pyarrow as pa
 import ray
 
-from memrl.tokenizer import load_tokenizer
+from memrl.cluster import FaultToleranceConfig
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.episode import Trajectory, to_arrow, tokenizer_metadata
 from memrl.rollout.loop import BatchingResponder, Task, run_episode
 from memrl.plugins import make_env
 from memrl.seeds import derive_seed
+from memrl.tokenizer import load_tokenizer
 from memrl.workflows import workflow_class
 
 
@@ -42,17 +43,18 @@ class EnvRunnerSpec:
     """Where the tokenizer lives (the model checkpoint)."""
     sampling: SamplingConfig
     """Sampling settings for every call; empty stop_token_ids means the tokenizer's EOS."""
+    num_envs: int
+    """Env instances per runner: trajectories that run at once in one runner (env_runners.num_envs_per_env_runner,
+    or evaluation's)."""
+    max_calls: int
+    """Safety cap on LLM calls per trajectory; a trajectory reaching it is truncated
+    (env_runners.max_calls_per_episode)."""
     tokenizer_class: str = ""
     """The class AutoTokenizer picks for tokenizer_path ("module:Class"), so runners load it without importing
     torch; empty: EnvRunnerGroup fills it in."""
-    num_envs: int = 8
-    """Env instances per runner: trajectories that run at once in one runner."""
-    max_calls: int = 64
-    """Safety cap on LLM calls per trajectory; a trajectory reaching it is truncated."""
-    episode_retries: int = 2
-    """Times a failed episode is run again on a fresh env instance (AlgorithmConfig fault_tolerance)."""
-    engine_call_timeout_s: float = 600.0
-    """Deadline of one engine call (AlgorithmConfig fault_tolerance)."""
+    faults: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
+    """The run's deadlines and retries: episode_retries (a failed episode run again on a fresh env) and
+    engine_call_timeout_s (one engine call's deadline) are the runner's."""
 
 
 class EngineFailed(RuntimeError):
@@ -111,8 +113,8 @@ class EnvRunner:
         With a `seed`, engine batch k is sampled under a seed derived from (seed, k): the same tasks and seed
         give the same trajectories, whichever other runners share the engine.
 
-        A failed episode is run again on a fresh env (spec.episode_retries times) while the others carry on. When
-        an episode fails for good, or the engine fails (EngineFailed), every other episode is cancelled before
+        A failed episode is run again on a fresh env (spec.faults.episode_retries times) while the others carry on.
+        When an episode fails for good, or the engine fails (EngineFailed), every other episode is cancelled before
         the error is raised, so no episode of this call keeps stepping an env the next call will use.
         """
         self._seed = seed
@@ -157,7 +159,7 @@ class EnvRunner:
         return to_arrow(list(trajectories), self._metadata), dict(self._stats)
 
     async def _run_with_retries(self, index: int, task: Task, position: int = 0) -> Trajectory:
-        for attempt in range(self.spec.episode_retries + 1):
+        for attempt in range(self.spec.faults.episode_retries + 1):
             try:
                 workflow = self.workflow_cls(self.tokenizer, **self.spec.workflow_config)
                 return await run_episode(self.envs[index], workflow, task,
@@ -167,7 +169,7 @@ class EnvRunner:
             except EngineFailed:
                 raise
             except Exception as exc:
-                if attempt == self.spec.episode_retries:
+                if attempt == self.spec.faults.episode_retries:
                     raise EpisodeFailed(
                         f"env runner {self.runner_index}: task {task.traj_id} (env seed {task.seed}) failed "
                         f"{attempt + 1} times; the last error: {type(exc).__name__}: {exc}") from exc
@@ -177,7 +179,7 @@ class EnvRunner:
 
     async def _engine_call(self, ref, step: str):
         """Await one engine call within engine_call_timeout_s; any failure of it becomes EngineFailed."""
-        limit = self.spec.engine_call_timeout_s
+        limit = self.spec.faults.engine_call_timeout_s
         try:
             return await asyncio.wait_for(ref, timeout=limit)
         except asyncio.TimeoutError:

@@ -29,19 +29,19 @@ CANCEL_WAIT_S = 30.0
 class EnvRunnerGroup:
     """`num_runners` EnvRunner actors; runner i sends its requests to engine i % len(engines).
 
-    A runner that dies, or holds its share of a round past `sample_timeout_s`, is replaced by a new actor and its
-    tasks are resubmitted; more than `max_failures` such failures within `failure_window_s` stop the run. An
+    Deadlines and budgets are the spec's (spec.faults). A runner that dies, or holds its share of a round past
+    sample_timeout_s, is replaced by a new actor and its tasks are resubmitted; more than max_actor_failures such
+    failures within failure_window_s stop the run. An
     engine's failure or an episode that failed on every attempt ends the round with the runner's error (naming
     the engine or the task), after the other runners' work is cancelled.
 
     With `num_runners` 0 the runners are plain objects in this process, one per engine (RLlib's
     num_env_runners=0): no process to start or to ship trajectories from, and a debugger stops inside envs and
-    workflows. A local round is one event loop over all of them; past `sample_timeout_s` it is cancelled and fails,
+    workflows. A local round is one event loop over all of them; past sample_timeout_s it is cancelled and fails,
     there being no process to replace.
     """
 
-    def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *, max_failures: int = 3,
-                 failure_window_s: float = 3600.0, sample_timeout_s: float = 3600.0, start_timeout_s: float = 900.0,
+    def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *,
                  resources_per_runner: dict | None = None, wait: bool = True):
         """Starts the runner actors, each reserving the Ray custom `resources_per_runner` (which nodes it may run
         on); with `wait` (the default) returns once they answer, else `wait_started` does. `num_runners` 0 builds
@@ -53,8 +53,8 @@ class EnvRunnerGroup:
         if not spec.tokenizer_class:
             spec = dataclasses.replace(spec, tokenizer_class=tokenizer_class_path(spec.tokenizer_path))
         self.spec = spec
-        self.sample_timeout_s = sample_timeout_s
-        self.start_timeout_s = start_timeout_s
+        self.sample_timeout_s = spec.faults.sample_timeout_s
+        self.start_timeout_s = spec.faults.actor_start_timeout_s
         self.local = num_runners == 0
         if self.local:
             if resources_per_runner:
@@ -70,7 +70,7 @@ class EnvRunnerGroup:
         self.engine_names = [f"inference engine {i % len(engines)}" for i in range(len(self.runners))]
         self.counters = {"tasks_submitted": 0, "trajectories_returned": 0, "runner_failures": 0, "resubmitted": 0,
                          "episodes_retried": 0, "episodes_failed": 0, "failed_rounds": 0}
-        self._budget = FailureBudget(max_failures, failure_window_s, "env runner")
+        self._budget = FailureBudget(spec.faults.max_actor_failures, spec.faults.failure_window_s, "env runner")
         if wait:
             self.wait_started()
 

@@ -151,7 +151,8 @@ def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_sessi
         # 2 here), the second in a row stops the run naming the failure, with nothing trained meanwhile.
         from memrl.algorithms.algorithm import AllEpisodesFailed
 
-        algo.env_runner_group.configure(algo._runner_spec({"failure_rate": 1.0}, config.env_runners_cfg.temperature))
+        temperature = config.env_runners_cfg.sampling.temperature
+        algo.env_runner_group.configure(algo._runner_spec({"failure_rate": 1.0}, temperature))
         algo.cfg.fault_tolerance_cfg.failed_iterations_to_stop = 2
         trained = algo.counters["trajectories_trained"]
         assert algo.train()["counters"]["trajectories_trained"] == trained

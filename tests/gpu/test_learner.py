@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 from memrl.engines.base import SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
 from memrl.learner.learner import Learner
-from memrl.learner.learner_config import LearnerConfig
+from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig
 from memrl.learner.losses import LossConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -33,8 +33,8 @@ PROMPTS = [[5, 17, 40, 2], [9, 9, 31], [100, 200, 300, 400, 500]]
 
 def _start_learner(model_path, **overrides) -> Learner:
     """Rank 0 of a one-rank group on GPU 0, in this process."""
-    config = LearnerConfig(model_path=str(model_path), dtype="bfloat16", lr=1e-3, token_budget=4096,
-                           param_persistence_threshold=0, **overrides)
+    config = LearnerConfig(LearnersConfig(model_path=str(model_path), dtype="bfloat16", token_budget=4096,
+                                          param_persistence_threshold=0), OptimizerConfig(lr=1e-3), seed=0, **overrides)
     learner = Learner(config, rank=0, world_size=1)
     learner.start(LOOPBACK, learner.listen(LOOPBACK))
     return learner

@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification
 
 from memrl.learner.batching import pad_rows
 from memrl.learner.learner import check_train_rows
-from memrl.learner.learner_config import LearnerConfig
+from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 from memrl.learner.stitching import stitch
@@ -24,18 +24,20 @@ def _conversations(seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def critic(ray_session, tiny_checkpoint):
-    config = LearnerConfig(model_path=str(tiny_checkpoint), lr=3e-3, token_budget=32, param_persistence_threshold=0,
-                           head="value")
-    group = LearnerGroup(config, num_learners=2)
+    learners = LearnersConfig(model_path=str(tiny_checkpoint), num_learners=2, token_budget=32,
+                              param_persistence_threshold=0)
+    config = LearnerConfig(learners, OptimizerConfig(lr=3e-3), seed=0, head="value")
+    group = LearnerGroup(config)
     yield group
     group.shutdown()
 
 
 def test_config_refuses_a_critic_with_a_reference(tiny_checkpoint):
     with pytest.raises(ValueError, match="head"):
-        LearnerConfig(model_path=str(tiny_checkpoint), head="q")
+        LearnerConfig(LearnersConfig(model_path=str(tiny_checkpoint)), OptimizerConfig(), seed=0, head="q")
     with pytest.raises(ValueError, match="compute_ref"):
-        LearnerConfig(model_path=str(tiny_checkpoint), head="value", compute_ref=True)
+        LearnerConfig(LearnersConfig(model_path=str(tiny_checkpoint)), OptimizerConfig(), seed=0, head="value",
+                      compute_ref=True)
     with pytest.raises(ValueError, match="'returns'"):
         check_train_rows([{"prompt_ids": [1], "response_ids": [2], "loss_mask": [1], "old_values": [0.0]}], "value")
 

@@ -21,7 +21,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memrl.learner.learner import check_train_rows, clear_stale_build_lock, cpu_comm_op_dir
-from memrl.learner.learner_config import LearnerConfig, lr_factor
+from memrl.cluster import FaultToleranceConfig
+from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig, lr_factor
 from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig, compute_loss
 from memrl.learner.stitching import stitch
@@ -30,21 +31,18 @@ from memrl.weight_sync import broadcast_recv, init_group
 TOKEN_BUDGET = 24
 
 
-def _config(model_path) -> LearnerConfig:
-    return LearnerConfig(
-        model_path=str(model_path),
-        lr=1e-3,
-        weight_decay=0.01,
-        betas=(0.9, 0.95),
-        # With eps 1e-8, Adam turns float32 summation-order noise on gradients near 1e-9 (cancellations) into
-        # weight differences near 1e-5; 1e-6 damps that so weights can be compared at 1e-5 after lr-1e-3 steps.
-        eps=1e-6,
-        grad_clip=1.0,
-        token_budget=TOKEN_BUDGET,
-        # Partition every parameter, however small, so gathers are really exercised.
-        param_persistence_threshold=0,
-        compute_ref=True,
-    )
+def _config(model_path, *, compute_ref: bool = True, logit_temperature: float = 1.0, **changes) -> LearnerConfig:
+    """The tests' learners; `changes` sets LearnersConfig or OptimizerConfig fields by name."""
+    learners = LearnersConfig(model_path=str(model_path), token_budget=TOKEN_BUDGET,
+                              # Partition every parameter, however small, so gathers are really exercised.
+                              param_persistence_threshold=0)
+    # With eps 1e-8, Adam turns float32 summation-order noise on gradients near 1e-9 (cancellations) into weight
+    # differences near 1e-5; 1e-6 damps that so weights can be compared at 1e-5 after lr-1e-3 steps.
+    optimizer = {"lr": 1e-3, "weight_decay": 0.01, "betas": [0.9, 0.95], "eps": 1e-6, "grad_clip": 1.0}
+    optimizer.update({k: v for k, v in changes.items() if k in OptimizerConfig.__dataclass_fields__})
+    learners = dataclasses.replace(learners, **{k: v for k, v in changes.items() if k not in optimizer})
+    return LearnerConfig(learners, OptimizerConfig(**optimizer), seed=0, compute_ref=compute_ref,
+                         logit_temperature=logit_temperature)
 
 
 def _rows(seed: int, shapes: list[tuple[int, int]]) -> list[dict[str, np.ndarray]]:
@@ -98,21 +96,23 @@ def _assert_same_weights(actual: dict, expected: dict, atol: float) -> None:
 
 
 def test_config_names_bad_values(tiny_checkpoint):
-    with pytest.raises(ValueError, match="model_path '/no/such/checkpoint' is not a local checkpoint directory"):
-        LearnerGroup(LearnerConfig(model_path="/no/such/checkpoint"))  # named before any actor or placement
-    with pytest.raises(ValueError, match="attn_implementation"):
-        LearnerConfig(model_path=str(tiny_checkpoint), attn_implementation="flash")
-    with pytest.raises(ValueError, match="zero_stage"):
-        LearnerConfig(model_path=str(tiny_checkpoint), zero_stage=0)
-    with pytest.raises(ValueError, match="dtype"):
-        LearnerConfig(model_path=str(tiny_checkpoint), dtype="float16")
+    with pytest.raises(ValueError, match="learners.model_path '/no/such/checkpoint' is not a local checkpoint"):
+        LearnerGroup(_config("/no/such/checkpoint"))  # named before any actor or placement
+    with pytest.raises(ValueError, match="learners.attn_implementation='flash' is not allowed"):
+        _config(tiny_checkpoint, attn_implementation="flash")
+    with pytest.raises(ValueError, match="learners.zero_stage=0 is not allowed"):
+        _config(tiny_checkpoint, zero_stage=0)
+    with pytest.raises(ValueError, match="learners.dtype='float16' is not allowed"):
+        _config(tiny_checkpoint, dtype="float16")
+    with pytest.raises(ValueError, match="learners.num_cpus_per_learner=0 is not allowed"):
+        _config(tiny_checkpoint, num_cpus_per_learner=0)
     with pytest.raises(ValueError, match="logit_temperature must be > 0"):
-        LearnerConfig(model_path=str(tiny_checkpoint), logit_temperature=0.0)
+        _config(tiny_checkpoint, logit_temperature=0.0)
 
 
 def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint):
     def factors(steps, **schedule):
-        config = LearnerConfig(model_path=str(tiny_checkpoint), **schedule)
+        config = OptimizerConfig(**schedule)
         return [round(lr_factor(config, k), 6) for k in range(steps)]
 
     assert factors(4) == [1.0] * 4
@@ -121,8 +121,8 @@ def test_lr_schedules_warm_up_then_hold_or_decay_to_their_floor(tiny_checkpoint)
     assert factors(4, lr_schedule="linear", lr_decay_steps=2, lr_min_ratio=0.2) == [1.0, 0.6, 0.2, 0.2]
     # Half a cosine: 1 at the start of the decay, 0.5 halfway, the floor at its end and after.
     assert factors(6, lr_schedule="cosine", lr_decay_steps=4) == [1.0, 0.853553, 0.5, 0.146447, 0.0, 0.0]
-    with pytest.raises(ValueError, match="lr_decay_steps must be > lr_warmup_steps"):
-        LearnerConfig(model_path=str(tiny_checkpoint), lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
+    with pytest.raises(ValueError, match="lr_decay_steps=3 is not allowed with lr_schedule='cosine'"):
+        OptimizerConfig(lr_schedule="cosine", lr_warmup_steps=3, lr_decay_steps=3)
 
 
 def test_a_driver_imports_neither_deepspeed_nor_transformers():
@@ -141,8 +141,8 @@ def test_a_learner_starts_without_loading_torch_inductor(tiny_checkpoint):
     code = f"""
 import os, sys
 from memrl.learner.learner import Learner
-from memrl.learner.learner_config import LearnerConfig
-learner = Learner(LearnerConfig(model_path={str(tiny_checkpoint)!r}), 0, 1)
+from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig
+learner = Learner(LearnerConfig(LearnersConfig(model_path={str(tiny_checkpoint)!r}), OptimizerConfig(), seed=0), 0, 1)
 learner.start("127.0.0.1", learner.listen("127.0.0.1"))
 print("torch._inductor.compile_fx" in sys.modules, os.environ.get("TORCHDYNAMO_DISABLE"))
 """
@@ -213,7 +213,7 @@ def test_train_rows_are_checked_before_any_rank_runs():
 
 @pytest.fixture(scope="module")
 def group(ray_session, tiny_checkpoint):
-    g = LearnerGroup(_config(tiny_checkpoint), num_learners=2)
+    g = LearnerGroup(_config(tiny_checkpoint, num_learners=2))
     yield g
     g.shutdown()
 
@@ -308,8 +308,9 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
     loss_config = LossConfig(kl_coef=0.1, entropy_coef=0.01)
     model = _load_hf(config.model_path).train()
     initial = _load_hf(config.model_path)
+    opt = config.optimizer
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+        model.parameters(), lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay
     )
     rng = np.random.default_rng(0)
     for step, shapes in enumerate(steps_shapes):
@@ -353,21 +354,21 @@ def _check_train_steps_match_single_process(group, config, steps_shapes):
             )
             loss.backward()
             total_loss += loss.item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), opt.grad_clip).item()
         optimizer.step()
 
         assert metrics["tokens"] == num_tokens and metrics["rows"] == len(rows)
         assert metrics["loss"] == pytest.approx(total_loss, rel=1e-5, abs=1e-6)
         # Adam hides a constant loss scale, the gradient norm does not: this pins the global normalisation.
         assert metrics["grad_norm"] == pytest.approx(grad_norm, rel=1e-5)
-        assert grad_norm > config.grad_clip  # clipping is active, so its global norm matters too
-        assert metrics["lr"] == config.lr
+        assert grad_norm > opt.grad_clip  # clipping is active, so its global norm matters too
+        assert metrics["lr"] == opt.lr
         _assert_same_weights(group.gather_state_dict(), dict(model.named_parameters()), atol=1e-5)
 
 
 @pytest.mark.slow
 def test_checkpoint_round_trip_and_hf_export(group, tiny_checkpoint, tmp_path):
-    config = _config(tiny_checkpoint)
+    config = _config(tiny_checkpoint, num_learners=2)
     rows = _rows(99, [(5, 7), (9, 3), (2, 11)])
     logprobs, _ = group.compute_logprobs(rows)
     for row, lp in zip(rows, logprobs):
@@ -385,7 +386,7 @@ def test_checkpoint_round_trip_and_hf_export(group, tiny_checkpoint, tmp_path):
     _assert_same_weights(dict(exported.named_parameters()), saved, atol=0.0)
     assert len(AutoTokenizer.from_pretrained(tmp_path / "hf")) == len(AutoTokenizer.from_pretrained(tiny_checkpoint))
 
-    fresh = LearnerGroup(config, num_learners=2)
+    fresh = LearnerGroup(config)
     try:
         fresh.load_checkpoint(str(tmp_path / "ckpt"))
         _assert_same_weights(fresh.gather_state_dict(), saved, atol=0.0)
@@ -403,8 +404,8 @@ def test_checkpoint_round_trip_and_hf_export(group, tiny_checkpoint, tmp_path):
 def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_checkpoint):
     # Runs after the shared group is gone (at most 2 learner actors at a time). Tempered: the logprobs, entropy, KL
     # and gradients are those of softmax(logits / 0.7), as on one process.
-    config = dataclasses.replace(_config(tiny_checkpoint), zero_stage=2, logit_temperature=0.7)
-    zero2 = LearnerGroup(config, num_learners=2)
+    config = _config(tiny_checkpoint, num_learners=2, zero_stage=2, logit_temperature=0.7)
+    zero2 = LearnerGroup(config)
     try:
         _check_train_steps_match_single_process(zero2, config, TRAIN_SHAPES[:2])
     finally:
@@ -418,7 +419,8 @@ def test_learners_start_past_a_build_lock_a_killed_run_left(ray_session, tiny_ch
     lock = cpu_comm_op_dir() / "lock"
     lock.touch()
     os.utime(lock, (time.time() - 3600, time.time() - 3600))
-    group = LearnerGroup(dataclasses.replace(_config(tiny_checkpoint), compute_ref=False), start_timeout_s=180)
+    group = LearnerGroup(_config(tiny_checkpoint, compute_ref=False),
+                         faults=FaultToleranceConfig(actor_start_timeout_s=180))
     try:
         assert not lock.exists()
         assert len(group.weight_metas()) > 0
@@ -430,10 +432,9 @@ def test_learners_start_past_a_build_lock_a_killed_run_left(ray_session, tiny_ch
 @pytest.mark.slow
 def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, tiny_checkpoint, tmp_path):
     # Warm-up over 2 steps, then linear decay to 0 at step 4: lr x 0.5, 1, 1, 0.5, 0.
-    config = dataclasses.replace(_config(tiny_checkpoint), compute_ref=False, lr_schedule="linear",
-                                 lr_warmup_steps=2, lr_decay_steps=4)
+    config = _config(tiny_checkpoint, compute_ref=False, lr_schedule="linear", lr_warmup_steps=2, lr_decay_steps=4)
     rows = _rows(5, [(5, 7), (9, 3)])
-    group = LearnerGroup(config, num_learners=1)
+    group = LearnerGroup(config)
     try:
         logprobs, _ = group.compute_logprobs(rows)
         for row, lp in zip(rows, logprobs):
@@ -443,7 +444,7 @@ def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, 
         lrs.append(group.train_step(rows, LossConfig())["lr"])
     finally:
         group.shutdown()
-    fresh = LearnerGroup(config, num_learners=1)
+    fresh = LearnerGroup(config)
     try:
         fresh.load_checkpoint(str(tmp_path / "ckpt"))
         lrs += [fresh.train_step(rows, LossConfig())["lr"] for _ in range(2)]  # steps 2 (again) and 3
@@ -458,12 +459,10 @@ def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, 
 
 def test_learners_train_on_the_cpus_they_reserve(ray_session, tiny_checkpoint):
     threads = min(2, len(os.sched_getaffinity(0)))  # torch never runs more threads than the machine has cores
-    group = LearnerGroup(_config(tiny_checkpoint), num_learners=1, num_cpus_per_learner=threads)
+    group = LearnerGroup(_config(tiny_checkpoint, num_cpus_per_learner=threads))
     try:
         counts = ray.get([a.__ray_call__.remote(lambda self: torch.get_num_threads()) for a in group.learners],
                          timeout=120)
         assert counts == [threads]
     finally:
         group.shutdown()
-    with pytest.raises(ValueError, match="num_cpus_per_learner must be >= 1"):
-        LearnerGroup(_config(tiny_checkpoint), num_cpus_per_learner=0)

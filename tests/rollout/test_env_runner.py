@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from memrl_envs.encyclopedia import EncyclopediaConfig, make_world
 from memrl_envs.retrieval import BM25Retriever
+from memrl.cluster import FaultToleranceConfig
 from memrl.engines import start_engine
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
@@ -29,10 +30,11 @@ def engine(ray_session, tiny_checkpoint):
     ray.kill(actor)
 
 
-def _spec(tiny_checkpoint, **env_config) -> EnvRunnerSpec:
+def _spec(tiny_checkpoint, faults: FaultToleranceConfig | None = None, **env_config) -> EnvRunnerSpec:
     return EnvRunnerSpec(env="memrl/Echo-v0", env_config={"num_turns": 2, **env_config}, workflow="last_observation",
                          workflow_config={}, tokenizer_path=str(tiny_checkpoint),
-                         sampling=SamplingConfig(max_tokens=8), num_envs=4)
+                         sampling=SamplingConfig(max_tokens=8), num_envs=4, max_calls=64,
+                         faults=faults or FaultToleranceConfig())
 
 
 def _tasks(n: int, group_size: int = 2) -> list[Task]:
@@ -139,7 +141,8 @@ def test_runners_in_this_process_sample_what_runner_actors_sample(engine, tiny_c
 
 
 def test_a_local_round_past_its_deadline_is_cancelled_and_named(engine, tiny_checkpoint):
-    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.5), [engine], num_runners=0, sample_timeout_s=0.6)
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, FaultToleranceConfig(sample_timeout_s=0.6), step_delay_s=0.5),
+                           [engine], num_runners=0)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match=r"the env runners in this process did not finish their 4 tasks within "
                                            r"0.6 s; if they need longer, raise fault_tolerance.sample_timeout_s"):
@@ -161,7 +164,8 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
     spec = EnvRunnerSpec(env="memrl/ChunkStream-v0",
                          env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
                          workflow="memagent", workflow_config={"memory_tokens": 16},
-                         tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4)
+                         tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4,
+                         max_calls=64)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
     batch, _ = ray.get(runner.sample.remote(_tasks(4), engine, 0))
     assert batch.schema.metadata[b"memrl.tokenizer"] == str(tiny_checkpoint).encode()  # what decodes its ids
@@ -196,7 +200,7 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
     # ReAct keeps the whole history, and the untrained model never answers: the prompt grows every turn.
     spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
                          workflow="react", workflow_config={}, tokenizer_path=str(path),
-                         sampling=SamplingConfig(max_tokens=24), num_envs=4)
+                         sampling=SamplingConfig(max_tokens=24), num_envs=4, max_calls=64)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
     trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), engine, 0))[0])
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(4)]
@@ -285,7 +289,7 @@ def _search_spec(tiny_checkpoint, url, http_retries: int = 0, **fields) -> EnvRu
                          env_config={"num_objectives": 1, "max_turns": 3, "top_k": 2, "retriever": url,
                                      "http_retries": http_retries},
                          workflow="react", workflow_config={}, tokenizer_path=str(tiny_checkpoint),
-                         sampling=SamplingConfig(max_tokens=12), num_envs=4, **fields)
+                         sampling=SamplingConfig(max_tokens=12), num_envs=4, max_calls=64, **fields)
 
 
 class _Searcher(TorchEngine):
@@ -417,8 +421,7 @@ def test_a_dead_engine_is_named_and_no_runner_is_blamed(ray_session, tiny_checkp
 def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_checkpoint):
     engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0)
     ray.get(engine.max_model_len.remote(), timeout=120)  # up before the 3 s deadline applies
-    spec = _spec(tiny_checkpoint)
-    spec.engine_call_timeout_s = 3.0
+    spec = _spec(tiny_checkpoint, FaultToleranceConfig(engine_call_timeout_s=3.0))
     group = EnvRunnerGroup(spec, [engine], num_runners=1)
     group.sample(_tasks(2))  # warm: the engine answers
     pid = _pid(engine)
@@ -437,7 +440,8 @@ def test_a_stalled_engine_fails_the_round_within_its_deadline(ray_session, tiny_
 
 @pytest.mark.slow
 def test_a_stalled_runner_is_replaced_and_its_tasks_resubmitted(engine, tiny_checkpoint):
-    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.2), [engine], num_runners=2, sample_timeout_s=4.0)
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, FaultToleranceConfig(sample_timeout_s=4.0), step_delay_s=0.2),
+                           [engine], num_runners=2)
     reference, _ = group.sample(_tasks(8), seed=3)
     os.kill(_pid(group.runners[1]), signal.SIGSTOP)  # killed by the group when it replaces the runner
     table, _ = group.sample(_tasks(8), seed=3)
@@ -448,7 +452,8 @@ def test_a_stalled_runner_is_replaced_and_its_tasks_resubmitted(engine, tiny_che
 
 @pytest.mark.slow
 def test_runner_failures_beyond_the_budget_stop_the_run(engine, tiny_checkpoint):
-    group = EnvRunnerGroup(_spec(tiny_checkpoint, step_delay_s=0.3), [engine], num_runners=1, max_failures=1)
+    group = EnvRunnerGroup(_spec(tiny_checkpoint, FaultToleranceConfig(max_actor_failures=1), step_delay_s=0.3),
+                           [engine], num_runners=1)
     for expected in (None, "2 env runner failures within 3600 s, more than fault_tolerance.max_actor_failures=1"):
         result = {}
 

@@ -28,7 +28,7 @@ from memrl_tuned_examples.memagent_dapo import (
 def test_paper_preset_sized_for_gpus():
     cfg = paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=16)
     cfg.validate()
-    assert cfg.training_cfg.group_size == 16 and cfg.training_cfg.lr == 1e-6
+    assert cfg.training_cfg.group_size == 16 and cfg.training_cfg.optimizer.lr == 1e-6
     assert cfg.training_cfg.loss.kl_coef == 1e-3 and cfg.training_cfg.loss.clip_high == 0.28
     assert cfg.environment_cfg.env_config["chunk_tokens"] == 5000
     assert cfg.env_runners_cfg.workflow_config == {"memory_tokens": 1024}
@@ -74,7 +74,7 @@ def test_the_baseline_is_trained_on_cpu_only(monkeypatch, capsys):
 
 def test_length_and_rate_of_the_cpu_default_can_be_changed(monkeypatch, capsys):
     cfg = config(WARM_START, num_docs=NUM_DOCS, lr=2e-4)
-    assert cfg.environment_cfg.env_config["num_docs"] == NUM_DOCS and cfg.training_cfg.lr == 2e-4
+    assert cfg.environment_cfg.env_config["num_docs"] == NUM_DOCS and cfg.training_cfg.optimizer.lr == 2e-4
     assert cfg.evaluation_cfg.evaluation_env_config == {"num_docs": NUM_DOCS}
     for argv, message in [(["--num-docs", "0"], "--num-docs must be a positive integer and --lr positive"),
                           (["--lr", "-1"], "--num-docs must be a positive integer and --lr positive"),
@@ -172,7 +172,7 @@ def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_
         assert summary["initial"]["eval_nll"] < first["initial"]["eval_nll"]
         assert summary["config"]["learners"]["model_path"] == str((tmp_path / "stages" / f"{workflow}_stage1"))
         assert (summary["config"]["debugging"]["seed"], first["config"]["debugging"]["seed"]) == (1, 0)
-        assert summary["config"]["training"]["lr_schedule"] == "linear"
+        assert summary["config"]["training"]["optimizer"]["lr_schedule"] == "linear"
         assert summary["final"]["eval_nll"] < first["initial"]["eval_nll"]
         assert (out / SUMMARY_FILE).is_file()
         assert AutoModelForCausalLM.from_pretrained(out) is not None

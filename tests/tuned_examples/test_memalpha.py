@@ -28,7 +28,7 @@ def test_paper_preset_sized_for_gpus():
     cfg = paper_config("/ckpt/Qwen3-4B", num_gpus=8, answerer="http://127.0.0.1:8001/v1")
     cfg.validate()
     train_cfg, env = cfg.training_cfg, cfg.environment_cfg.env_config
-    assert train_cfg.group_size == 8 and train_cfg.lr == 1e-6 and train_cfg.tasks_per_iteration == 32
+    assert train_cfg.group_size == 8 and train_cfg.optimizer.lr == 1e-6 and train_cfg.tasks_per_iteration == 32
     assert train_cfg.loss.kl_coef == 1e-3 and train_cfg.loss.aggregation == "token_mean"
     assert (env["beta"], env["gamma"], env["answerer"]) == (0.05, 0.1, "http://127.0.0.1:8001/v1")
     assert cfg.learners_cfg.num_learners == 4 and cfg.env_runners_cfg.num_engines == 4

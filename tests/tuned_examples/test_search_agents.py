@@ -24,7 +24,7 @@ def test_paper_presets_sized_for_gpus(example, workflow, reward, turns):
     cfg = example.paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=8, qa_path="/data/q.jsonl",
                                retriever="http://127.0.0.1:8000/retrieve")
     cfg.validate()
-    assert cfg.training_cfg.lr == example.PAPER["lr"] == 1e-6
+    assert cfg.training_cfg.optimizer.lr == example.PAPER["lr"] == 1e-6
     assert cfg.environment_cfg.env_config == {"num_objectives": 2, "max_turns": turns, "reward": reward,
                                               "data": "file", "qa_path": "/data/q.jsonl",
                                               "retriever": "http://127.0.0.1:8000/retrieve"}

@@ -88,7 +88,8 @@ def test_warm_start_builds_need_the_copying_stage(tmp_path):
 def test_paper_preset_sized_for_gpus_on_the_original_files():
     cfg = mem1_webshop_ppo.paper_config("/ckpt/Qwen2.5-7B-Instruct", num_gpus=4, data_dir="/data/webshop")
     cfg.validate()
-    assert cfg.training_cfg.lr == mem1_webshop_ppo.PAPER["lr"] == 1e-6 and cfg.training_cfg.tasks_per_iteration == 64
+    assert cfg.training_cfg.optimizer.lr == mem1_webshop_ppo.PAPER["lr"] == 1e-6
+    assert cfg.training_cfg.tasks_per_iteration == 64
     assert cfg.environment_cfg.env_config == {"split": "train", "max_turns": 10, "malformed_reward": -1.0,
                                               "data_dir": "/data/webshop"}
     assert cfg.evaluation_cfg.evaluation_env_config == {"split": "test"}
