@@ -19,7 +19,8 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from memrl import rendezvous
-from memrl.algorithms.prefetch import Prefetch, SampledBatch, load_batches, save_batches
+from memrl.algorithms.prefetch import (PhaseClock, Prefetch, SampledBatch, SamplingAhead, load_batches,
+                                      save_batches)
 from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
 from memrl.algorithms.trainer import Trainer
 from memrl.cluster import FailureBudget, get
@@ -132,60 +133,34 @@ class Algorithm(EngineRecovery, Trainer):
         """One iteration (`replay`: one run again after a learner recovery, not logged again).
 
         Synchronous (training.max_staleness 0): sample, learn, broadcast. Asynchronous (k >= 1): the iteration's
-        batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batch k
-        iterations on, which is collected before the new weights are broadcast (with partial_rollouts, after).
+        batch was sampled k iterations ahead; while the learner trains on it, the engines sample the batches up to
+        k iterations on, which are collected before the new weights are broadcast (with partial_rollouts, after).
         An iteration that fails once its learners have begun to train is never run again on top of that: the next call
         recovers the learners from the newest periodic checkpoint (Trainer.step) or fails naming the iteration."""
         iteration = self.iteration  # completed iterations so far (Tune's counter, restored with checkpoints)
-        train = self.cfg.training_cfg
-        t_start = time.perf_counter()
+        partial = self.cfg.training_cfg.partial_rollouts
+        clock = PhaseClock()
         sampled = self._prefetched.pop(iteration, None)
         if sampled is None:
             sampled = self._sample_training_batch(iteration)
         self._check_not_all_failed(sampled)
-        t_sampled = time.perf_counter()
-        # Iterations whose batches are sampled now: one per iteration once the pipeline is full.
-        targets = [j for j in range(iteration + 1, iteration + train.max_staleness + 1) if j not in self._prefetched]
-        ready: list[SampledBatch] = []
-        prefetch = None
-
-        def sample_ahead() -> None:
-            for j in targets:  # kept as each is done: a failure later on leaves them sampled and counted once
-                ready.append(self._sample_training_batch(j, recover=False))
-
-        if targets:
-            prefetch = Prefetch(sample_ahead, f"sampling the batches of iterations {targets}")
+        clock.mark("sampled")
+        ahead = self._start_sampling_ahead(iteration)
         sync = None
         try:
             self._unfinished = (f"iteration {iteration + 1} failed once its learners had begun to train; running it "
                                 f"again would train them on its batch twice")
             learner_metrics, off_policy = self._learn(sampled.kept)
-            t_learned = time.perf_counter()
-            if prefetch is not None and train.partial_rollouts:
+            clock.mark("learned")
+            if ahead is not None and partial:
                 sync = self.sync_weights()  # the prefetched episodes' next calls run under the new weights
         except BaseException:
-            if prefetch is not None:
-                prefetch.discard(self._prefetch_timeout_s())
+            if ahead is not None:
+                ahead.prefetch.discard(self._prefetch_timeout_s())
             raise
-        engines_failed = None
-        if prefetch is not None:
-            try:
-                prefetch.result(self._prefetch_timeout_s(), "fault_tolerance.sample_timeout_s")
-            except EngineFailed as failure:
-                engines_failed = failure
-                self._replace_engines_for_sync(failure)
-            self._prefetched.update({batch.iteration: batch for batch in ready})
-        if engines_failed is not None and not train.partial_rollouts:
-            # The batches the failure left unsampled, sampled now under the weights they were meant for (the new
-            # engines get them again from learner rank 0's copy), as an uninterrupted run samples them.
-            self._resend_kept_weights()
-            for j in targets:
-                if j not in self._prefetched:
-                    self._prefetched[j] = self._sample_training_batch(j)
-            engines_failed = None
+        engines_failed = self._collect_sampled_ahead(ahead) if ahead is not None else None
         seconds, engines_lost = self._engine_seconds()
-        generate_s = max(seconds)  # this iteration's sampling, whichever batch it was for
-        t_collected = time.perf_counter()
+        clock.mark("collected")
         if sync is None:
             sync = self.sync_weights()
         elif engines_failed is not None or engines_lost:
@@ -193,17 +168,67 @@ class Algorithm(EngineRecovery, Trainer):
         if engines_failed is not None:
             # With partial rollouts the batches sampled ahead cross versions by design; those the failure left
             # unsampled are sampled again now that every engine holds the new weights.
-            for j in targets:
-                if j not in self._prefetched:
-                    self._prefetched[j] = self._sample_training_batch(j)
-        t_end = time.perf_counter()
+            self._sample_missing(ahead.targets)
+        clock.mark("synced")
+        result = self._result(sampled, learner_metrics, off_policy, sync, clock, generate_s=max(seconds))
+        interval = self.cfg.evaluation_cfg.evaluation_interval
+        if interval and (iteration + 1) % interval == 0:
+            result["evaluation"] = self.evaluate()
+        self._unfinished = None
+        if self._wandb is not None and not replay:
+            self._wandb.log(_flatten(result), step=iteration + 1)
+        return result
 
-        trajectories = sampled.trajectories
-        runner_stats = sampled.stats
+    def _start_sampling_ahead(self, iteration: int) -> SamplingAhead | None:
+        """Start sampling, in a background thread, the batches of the next max_staleness iterations not sampled yet
+        (one per iteration once the pipeline is full); None when there are none."""
+        horizon = range(iteration + 1, iteration + self.cfg.training_cfg.max_staleness + 1)
+        targets = [j for j in horizon if j not in self._prefetched]
+        if not targets:
+            return None
+        ahead = SamplingAhead(targets)
+
+        def sample() -> None:
+            for j in targets:  # kept as each is done: a failure later on leaves them sampled and counted once
+                ahead.ready.append(self._sample_training_batch(j, recover=False))
+
+        ahead.prefetch = Prefetch(sample, f"sampling the batches of iterations {targets}")
+        return ahead
+
+    def _collect_sampled_ahead(self, ahead: SamplingAhead) -> EngineFailed | None:
+        """Wait for the batches sampled ahead and keep them. An engine failure on the way replaces the engine (for the
+        broadcast that comes next); without partial rollouts the batches it left unsampled are sampled now under the
+        weights they were meant for (the new engines get them again from learner rank 0's copy), as an uninterrupted
+        run samples them. Returns the failure when that is left for after the broadcast (partial rollouts)."""
+        failure = None
+        try:
+            ahead.prefetch.result(self._prefetch_timeout_s(), "fault_tolerance.sample_timeout_s")
+        except EngineFailed as engine_failure:
+            failure = engine_failure
+            self._replace_engines_for_sync(failure)
+        self._prefetched.update({batch.iteration: batch for batch in ahead.ready})
+        if failure is not None and not self.cfg.training_cfg.partial_rollouts:
+            self._resend_kept_weights()
+            self._sample_missing(ahead.targets)
+            return None
+        return failure
+
+    def _sample_missing(self, targets: list[int]) -> None:
+        """Sample now the batches of `targets` that are not sampled yet."""
+        for j in targets:
+            if j not in self._prefetched:
+                self._prefetched[j] = self._sample_training_batch(j)
+
+    def _result(self, sampled: SampledBatch, learner_metrics: dict, off_policy: dict, sync: dict,
+                clock: PhaseClock, generate_s: float) -> dict[str, Any]:
+        """The iteration's result: its trajectories' figures, the learners', the phase timers, the weight sync's and
+        the episode counters. `generate_s` is the busiest engine's generation this iteration, whichever batch it was
+        for."""
+        trajectories, runner_stats = sampled.trajectories, sampled.stats
         new_tokens = runner_stats.get("new_tokens", 0.0)
         # Waiting for sampling: the whole sampling phase when synchronous, the wait for the prefetched batch when not.
-        wait_s = (t_sampled - t_start) + (t_collected - t_learned)
-        learn_s = t_learned - t_sampled
+        wait_s = clock.span("start", "sampled") + clock.span("learned", "collected")
+        learn_s, iteration_s = clock.span("sampled", "learned"), clock.span("start", "synced")
         result = {
             "env_runners": {**summarize(trajectories), "num_trajectories": len(trajectories),
                             "new_tokens": new_tokens, "calls": runner_stats.get("calls", 0.0),
@@ -211,11 +236,11 @@ class Algorithm(EngineRecovery, Trainer):
             "learners": learner_metrics,
             "timers": {"sample_s": wait_s, "generate_s": generate_s,
                        "env_s": runner_stats.get("env_s", 0.0), "learn_s": learn_s,
-                       "sync_s": t_end - t_collected, "iteration_s": t_end - t_start,
+                       "sync_s": clock.span("collected", "synced"), "iteration_s": iteration_s,
                        # Share of the iteration in which neither an engine generates nor the learner works. The busiest
                        # engine's generation is credited only while the driver waits for samples (it overlaps the
                        # learner step when asynchronous), so the share is never negative.
-                       "outside_model_fraction": 1.0 - (learn_s + min(generate_s, wait_s)) / (t_end - t_start)},
+                       "outside_model_fraction": 1.0 - (learn_s + min(generate_s, wait_s)) / iteration_s},
             "throughput": {"rollout_new_tokens_per_s": new_tokens / max(sampled.seconds, 1e-9)},
             "weight_sync": {**sync, "version_lag": float(self.weight_version - 1 - min(
                 (t.weight_version for t in trajectories), default=self.weight_version - 1))},
@@ -227,12 +252,6 @@ class Algorithm(EngineRecovery, Trainer):
                 **self.env_runner_group.counters},
         }
         result["reward_mean"] = result["env_runners"].get("reward_mean", float("nan"))
-        interval = self.cfg.evaluation_cfg.evaluation_interval
-        if interval and (iteration + 1) % interval == 0:
-            result["evaluation"] = self.evaluate()
-        self._unfinished = None
-        if self._wandb is not None and not replay:
-            self._wandb.log(_flatten(result), step=iteration + 1)
         return result
 
     def _check_not_all_failed(self, sampled: SampledBatch) -> None:

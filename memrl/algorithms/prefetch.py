@@ -1,5 +1,5 @@
-"""Asynchronous training's pieces: a sampled batch (kept in checkpoints as Arrow) and the thread that samples
-batches ahead while the learner trains.
+"""The sampling pipeline's pieces: a sampled batch (kept in checkpoints as Arrow), the thread that samples batches
+ahead while the learner trains (asynchronous training), what an iteration samples ahead, and its phase clock.
 
 With training.max_staleness = k >= 1 an Algorithm trains iteration i on the batch sampled for it k iterations
 before, and meanwhile starts `Prefetch` for the batch of iteration i + k under the weights of iteration i; that batch
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,3 +122,31 @@ class Prefetch:
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             logger.warning("%s is still running after %g s; leaving it behind", self.name, timeout_s)
+
+
+@dataclass
+class SamplingAhead:
+    """The batches an asynchronous iteration samples while its learner trains: which iterations they are for, those
+    done so far, and the thread sampling them."""
+
+    targets: list[int]
+    """The iterations whose batches are sampled, in order."""
+    ready: list[SampledBatch] = field(default_factory=list)
+    """The batches done so far (a failure later on leaves them sampled and counted once)."""
+    prefetch: Prefetch | None = None
+    """The sampling thread."""
+
+
+class PhaseClock:
+    """When each phase of an iteration ended (perf_counter marks from "start"), and the spans between them."""
+
+    def __init__(self):
+        self.marks = {"start": time.perf_counter()}
+
+    def mark(self, name: str) -> None:
+        """The phase `name` ends now."""
+        self.marks[name] = time.perf_counter()
+
+    def span(self, start: str, end: str) -> float:
+        """Seconds from mark `start` to mark `end`."""
+        return self.marks[end] - self.marks[start]
