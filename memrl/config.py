@@ -32,6 +32,7 @@ from memrl.engines import ENGINES
 from memrl.engines.base import SamplingConfig
 from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig
 from memrl.learner.losses import LossConfig
+from memrl.services import ServicesConfig
 
 
 @dataclass
@@ -178,7 +179,7 @@ class DebuggingConfig:
     """wandb project to log to (offline unless WANDB_API_KEY is set); None, or WANDB_MODE=disabled, disables wandb."""
     progress_bars: bool = True
     """Show a progress bar per phase (held-out evaluation before, training iterations, evaluation after) in the
-    tuned examples' train loop (memrl_tuned_examples.common.train)."""
+    tuned examples' train loop (memrl.experiment.train)."""
     check_resources: bool = True
     """Before any actor starts, check that the Ray cluster holds the CPUs and GPUs the actors reserve and fail at
     once naming what is missing. Turn off on an autoscaling cluster (`ray up cluster.yaml`), whose nodes come only
@@ -197,6 +198,7 @@ SECTIONS = {
     "evaluation": EvaluationConfig,
     "debugging": DebuggingConfig,
     "fault_tolerance": FaultToleranceConfig,
+    "services": ServicesConfig,
 }
 
 
@@ -267,6 +269,7 @@ class AlgorithmConfig(_Config):
         self.evaluation_cfg = EvaluationConfig()
         self.debugging_cfg = DebuggingConfig()
         self.fault_tolerance_cfg = FaultToleranceConfig()
+        self.services_cfg = ServicesConfig()
 
     # -- builder methods -------------------------------------------------------------
     # Each takes its section's settings as keyword arguments (NOT_SET: left as it is); a name the section does not
@@ -344,6 +347,12 @@ class AlgorithmConfig(_Config):
                         checkpoint_checksums: bool = NOT_SET) -> Self:
         """Set FaultToleranceConfig's settings (deadlines, retries, failure budgets, checkpoints)."""
         return self._set("fault_tolerance", **given(locals()))
+
+    @builder
+    def services(self, *, actors: dict[str, dict] = NOT_SET) -> Self:
+        """Set the side services the trainer starts, places and stops (memrl.services): {name: ServiceConfig's
+        fields}, each reached by the envs as "actor:<name>"."""
+        return self._set("services", **given(locals()))
 
     def settings(self, section: str) -> dict[str, str]:
         """Every setting the builder method `section` takes, as {name: where it lives} (the section's own fields,
@@ -432,6 +441,7 @@ class AlgorithmConfig(_Config):
         if faults.episode_retries < 0:
             raise ValueError(f"fault_tolerance.episode_retries={faults.episode_retries!r} is not allowed; it must be "
                              ">= 0")
+        self.services_cfg.specs()
         if self.evaluation_cfg.evaluation_num_envs_per_env_runner is not None:
             positive["evaluation.evaluation_num_envs_per_env_runner"] = \
                 self.evaluation_cfg.evaluation_num_envs_per_env_runner
@@ -501,8 +511,8 @@ class AlgorithmConfig(_Config):
 
     def actor_groups(self) -> list[tuple[str, int, int, float, dict, str]]:
         """The algorithm's actors that reserve resources, as (name, count, CPUs each, GPUs each, custom resources
-        each, the setting that sizes them). Env runners reserve no CPU (they wait on an engine), only their custom
-        resources."""
+        each, the setting that sizes them): learners, engines, env runners (no CPU: they wait on an engine; only
+        their custom resources) and each side service ("service <name>")."""
         run, learn = self.env_runners_cfg, self.learners_cfg
         groups = [("learners", learn.num_learners, learn.num_cpus_per_learner, learn.num_gpus_per_learner,
                    learn.resources_per_learner,
@@ -515,6 +525,9 @@ class AlgorithmConfig(_Config):
         if run.resources_per_env_runner:
             groups.append(("env runners", run.num_env_runners, 0, 0.0, run.resources_per_env_runner,
                            "env_runners(num_env_runners=..., resources_per_env_runner=...)"))
+        for name, spec in self.services_cfg.specs().items():
+            groups.append((f"service {name}", 1, spec.num_cpus, spec.num_gpus, spec.resources,
+                           f"services(actors={{{name!r}: {{'num_cpus': ..., 'num_gpus': ..., 'resources': ...}}}})"))
         return groups
 
     def resources(self) -> tuple[dict[str, float], list[str]]:

@@ -246,9 +246,13 @@ def check_services(config) -> None:
 def check_components(config) -> None:
     """The checks that load what `config` (an AlgorithmConfig) names; see the module docstring."""
     from memrl.engines import engine_class
+    from memrl.services import actor_class
     from memrl.workflows import workflow_class
 
     env, run, ev = config.environment_cfg, config.env_runners_cfg, config.evaluation_cfg
+    for name, spec in config.services_cfg.specs().items():
+        where = f"services.actors[{name!r}]"
+        check_options(actor_class(spec, where), spec.options, f"{where}.options")
     if config.fault_tolerance_cfg.checkpoint_dir:
         check_directory("fault_tolerance.checkpoint_dir", config.fault_tolerance_cfg.checkpoint_dir)
     creator, registered = env_creator(env.env)

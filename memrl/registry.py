@@ -55,7 +55,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.setting}={name!r} is not allowed; name a {self.kind} by a string: one of "
                              f"{self.names()} or 'module:Name'")
         if ":" in name:
-            return _resolve(name, f"{self.setting}={name!r}")
+            return resolve(name, f"{self.setting}={name!r}")
         if name not in self._entries:
             from memrl.plugins import load_plugins
 
@@ -65,7 +65,7 @@ class Registry(Generic[T]):
                              f"as 'module:Name'")
         entry = self._entries[name]
         if isinstance(entry, str):
-            entry = self._entries[name] = _resolve(entry, f"{self.kind} {name!r}")
+            entry = self._entries[name] = resolve(entry, f"{self.kind} {name!r}")
         return entry
 
     def check(self, name: str) -> None:
@@ -84,7 +84,8 @@ class Registry(Generic[T]):
         return iter(self.names())
 
 
-def _resolve(path: str, where: str) -> Any:
+def resolve(path: str, where: str) -> Any:
+    """The attribute "module:Name" names, or a ValueError prefixed by `where` saying why it cannot be imported."""
     module, _, attribute = path.partition(":")
     try:
         return getattr(importlib.import_module(module), attribute)

@@ -1,11 +1,30 @@
 """Shared fixtures: one local Ray instance and one tiny checkpoint per test session."""
 
 import os
+import time
 
 import pytest
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def actor_gone(ray_session):
+    """`actor_gone(name)`: whether no Ray actor runs as `name` within 30 s (a killed actor leaves Ray's directory
+    shortly after)."""
+
+    def gone(name: str, deadline_s: float = 30.0) -> bool:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                ray_session.get_actor(name)
+            except ValueError:
+                return True
+            time.sleep(0.2)
+        return False
+
+    return gone
 
 
 @pytest.fixture(scope="session")

@@ -140,7 +140,7 @@ def test_each_builder_method_takes_exactly_its_sections_settings(config_class):
     arguments (an editor completes them), through the base method where a config adds settings of its own."""
     config = config_class()
     for section in ("environment", "env_runners", "learners", "training", "evaluation", "debugging",
-                    "fault_tolerance"):
+                    "fault_tolerance", "services"):
         taken: set[str] = set()
         for klass in config_class.__mro__:
             method = klass.__dict__.get(section)

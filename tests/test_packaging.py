@@ -43,7 +43,10 @@ def test_the_wheel_holds_memrls_names_only_and_its_package_data(wheel):
     shipped = {"memrl_envs/search.py", "memrl_tuned_examples/memagent_dapo.py", "memrl_benchmarks/runtime.py"}
     assert shipped <= set(names)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-    assert "[memrl.plugins]\nmemrl_envs = memrl_envs" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    entries = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[memrl.plugins]\nmemrl_envs = memrl_envs" in entries
+    assert "[console_scripts]\nmemrl = memrl.cli:main" in entries
+    assert "memalpha_grpo = memrl_tuned_examples.memalpha_grpo:main" in entries
 
 
 EPISODES = """

@@ -95,12 +95,12 @@ def test_sft_block_trains_until_done_and_saves_the_model(tmp_path):
 @pytest.mark.slow
 def test_sft_command_writes_the_model_and_its_summary(tmp_path):
     (command,) = [line for line in _bash_blocks()
-                  if line.startswith("python -m memrl.sft")]
-    args = command.split()[3:]
+                  if line.startswith("python -m memrl sft")]
+    args = command.split()[4:]
     args[args.index("--steps") + 1] = "2"
     args[args.index("--model") + 1] = str(README.parent / args[args.index("--model") + 1])
     args += ["--num-train-tasks", "20", "--num-eval-tasks", "4"]
-    proc = subprocess.run([sys.executable, "-m", "memrl.sft", *args], cwd=tmp_path, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "memrl", "sft", *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "final (step 2)" in proc.stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import DAPOConfig
-from memrl_tuned_examples.common import RUNS, default_model, init_ray, parser, size_for_gpus, train, use_engine
+from memrl.experiment import RUNS, default_model, init_ray, parser, size_for_gpus, train, use_engine
 
 
 def config(model: str) -> DAPOConfig:

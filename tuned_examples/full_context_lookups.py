@@ -30,7 +30,7 @@ from memrl_envs.multihop import FACT_RE
 from memrl.algorithms.sft import expert_episodes
 from memrl.seeds import heldout_env_seeds
 from memrl.stats import wilson_interval
-from memrl_tuned_examples.common import RUNS, require_checkpoint
+from memrl.experiment import RUNS, require_checkpoint
 from memrl_tuned_examples.memagent_dapo import BASELINE, NUM_DOCS, cpu_task
 
 LENGTHS = (2, 4, 6, 8, NUM_DOCS)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from memrl_tuned_examples.common import parser, run_example, size_for_gpus
+from memrl.experiment import parser, run_example, size_for_gpus
 from memrl_tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 CPU_ITERATIONS = 25

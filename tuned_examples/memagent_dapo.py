@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import DAPOConfig
-from memrl_tuned_examples.common import parser, run_example, size_for_gpus
+from memrl.experiment import parser, run_example, size_for_gpus
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live (built by tuned_examples/memagent_sft.py)."""

@@ -31,7 +31,7 @@ import numpy as np
 import memrl_envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import check_sampling, evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval, per_task_of_k, task_rewards
-from memrl_tuned_examples.common import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
+from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
 from memrl_tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)

@@ -18,9 +18,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from memrl import sft
+from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
-from memrl_tuned_examples.common import RUNS, default_model
+from memrl.experiment import RUNS, default_model
 from memrl_tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
 
 

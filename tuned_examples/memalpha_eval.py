@@ -29,7 +29,7 @@ import numpy as np
 import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from memrl_envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
-from memrl_tuned_examples.common import RUNS, budget_table, heldout_summary, init_ray, trained_policy
+from memrl.experiment import RUNS, budget_table, heldout_summary, init_ray, trained_policy
 from memrl_tuned_examples.memalpha_grpo import (
     ANSWER_MEMORIES,
     ANSWERER,

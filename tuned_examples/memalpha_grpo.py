@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memrl.algorithms import MemAlphaConfig
-from memrl_tuned_examples.common import parser, run_example, size_for_gpus
+from memrl.experiment import parser, run_example, size_for_gpus
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 """Where the shipped warm-start checkpoints live."""
@@ -119,13 +119,14 @@ def cpu_env_config(tokenizer_path: str | Path, answerer: str | None = f"actor:{A
     return {**CPU_TASK, "answerer": answerer, "tokenizer_path": str(tokenizer_path)}
 
 
-def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
+def config(model: str | Path | None = None, answerer: str | Path | None = None,
            writer: str = "mem-alpha") -> MemAlphaConfig:
     """The CPU default: 8 tasks x 8 rollouts per iteration, one vLLM engine fed by one env runner of 64 envs, two
-    ZeRO-3 learners; the answerer is the chat actor ANSWERER (start_answerer) unless another is named. One runner
-    keeps runs repeatable: the prompts share a long system prompt, and an engine that several runners feed in
-    whatever order they come caches its blocks from one runner's batch or another's, whose last bits differ.
-    `writer` (a WRITERS name) says how the policy keeps its memory; `model` defaults to that writer's warm-start.
+    ZeRO-3 learners. The answerer is an OpenAI-compatible URL, or else a local checkpoint (by default the shipped CPU
+    answerer) that the algorithm serves as the side service ANSWERER (answerer_service). One runner keeps runs
+    repeatable: the prompts share a long system prompt, and an engine that several runners feed in whatever order
+    they come caches its blocks from one runner's batch or another's, whose last bits differ. `writer` (a WRITERS
+    name) says how the policy keeps its memory; `model` defaults to that writer's warm-start.
 
     A group whose rollouts all score the same r_acc is left out of the update (dynamic sampling on r_acc, one round,
     as DAPO keeps groups whose accuracy differs): its std-normalised advantages would rank the rollouts by the small
@@ -133,8 +134,9 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
     shrinks the memory until it loses facts (README, Mem-α results)."""
     w = WRITERS[writer]
     model = model or w.warm_start
-    return (MemAlphaConfig()
-            .environment("memrl/MemoryStore-v0", env_config={**cpu_env_config(model, answerer), "memory": w.memory})
+    cfg, where = served_answerer(MemAlphaConfig(), answerer or ANSWERER_CHECKPOINT)
+    return (cfg
+            .environment("memrl/MemoryStore-v0", env_config={**cpu_env_config(model, where), "memory": w.memory})
             .env_runners(num_env_runners=1, num_envs_per_env_runner=64, workflow=w.workflow,
                          workflow_config=w.workflow_config, engine="vllm", max_tokens=CPU_MAX_TOKENS,
                          engine_config={"kv_cache_bytes": 256 * 1024**2})
@@ -145,17 +147,22 @@ def config(model: str | Path | None = None, answerer: str = f"actor:{ANSWERER}",
             .debugging(seed=0, wandb_project="memrl-memalpha"))
 
 
-def paper_config(model: str, num_gpus: int, answerer: str, data_path: str | None = None) -> MemAlphaConfig:
-    """Mem-α's preset on `num_gpus` GPUs for the policy, answered by `answerer` (an http(s) URL or "actor:NAME").
+def paper_config(model: str, num_gpus: int, answerer: str, data_path: str | None = None,
+                 answerer_gpus: int = 1) -> MemAlphaConfig:
+    """Mem-α's preset on `num_gpus` GPUs for the policy, answered by `answerer`: an http(s) URL, "actor:NAME" (a
+    running actor), or a local checkpoint the algorithm serves on `answerer_gpus` GPUs of their own (the side service
+    ANSWERER, at the paper's answer temperature).
 
     Data: a local file of the authors' rows or MemoryAgentBench rows, else the synthetic generators at GPU scale
     (ten chunks of four facts and two distractors, eight questions, five hidden classes)."""
     task = ({"data": "file", "data_path": data_path} if data_path else
             {"category": "mixed", "num_chunks": 10, "num_questions": 8, "facts_per_chunk": 4,
              "small_talk_per_chunk": 2, "num_classes": 5, "samples_per_chunk": 8, "keywords": 8})
-    cfg = (MemAlphaConfig()
+    cfg, where = served_answerer(MemAlphaConfig(), answerer, num_gpus=answerer_gpus,
+                                 temperature=PAPER["answerer_temperature"], max_tokens=PAPER["max_tokens"])
+    cfg = (cfg
            .environment("memrl/MemoryStore-v0", env_config={
-               **task, "answerer": answerer, "tokenizer_path": model, "beta": PAPER["beta"],
+               **task, "answerer": where, "tokenizer_path": model, "beta": PAPER["beta"],
                "gamma": PAPER["gamma"]})
            .env_runners(num_envs_per_env_runner=64, workflow="memalpha",
                         workflow_config={"max_prompt_tokens": PAPER["max_model_len"] - PAPER["max_tokens"]},
@@ -170,18 +177,34 @@ def paper_config(model: str, num_gpus: int, answerer: str, data_path: str | None
                                           "max_model_len": PAPER["max_model_len"]})
 
 
-def start_answerer(model: str | Path, num_gpus: float = 0, temperature: float = 0.0,
-                   max_tokens: int = CPU_ANSWER_TOKENS):
-    """The frozen answerer as the chat actor ANSWERER serving `model` (vLLM on GPUs, the torch engine on CPU);
-    returns its handle, which must be kept for the run (the actor ends with its last handle)."""
-    from memrl.engines.chat import start_chat_server
-
+def answerer_service(model: str | Path, num_gpus: float = 0, temperature: float = 0.0,
+                     max_tokens: int = CPU_ANSWER_TOKENS) -> dict:
+    """The frozen answerer serving `model` as a side service (memrl.services): a chat actor on vLLM over GPUs of its
+    own (a model too large for one GPU split across them), on the torch engine on CPU."""
     engine = {"engine": "torch"}
-    if num_gpus:  # a model too large for one GPU is split across them
+    if num_gpus:
         engine = {"engine": "vllm", "dtype": "bfloat16", "kv_cache_bytes": 16 * 1024**3,
                   **({"tensor_parallel_size": int(num_gpus)} if num_gpus > 1 else {})}
-    return start_chat_server(ANSWERER, str(model), num_gpus=num_gpus, temperature=temperature,
-                             max_tokens=max_tokens, **engine)
+    return {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 1, "num_gpus": num_gpus,
+            "options": {"model_path": str(model), "temperature": temperature, "max_tokens": max_tokens, **engine}}
+
+
+def served_answerer(cfg: MemAlphaConfig, answerer: str | Path, **service) -> tuple[MemAlphaConfig, str]:
+    """`cfg` with `answerer` served as the side service ANSWERER when it is a local checkpoint (answerer_service's
+    `service` options), and what the env's answerer option names: that service, or the URL or "actor:NAME" given."""
+    if str(answerer).startswith(("http://", "https://", "actor:")):
+        return cfg, str(answerer)
+    return cfg.services(actors={ANSWERER: answerer_service(answerer, **service)}), f"actor:{ANSWERER}"
+
+
+def start_answerer(model: str | Path = ANSWERER_CHECKPOINT):
+    """The CPU answerer (answerer_service) as the chat actor ANSWERER, for runs without an algorithm to serve it
+    (tuned_examples/memalpha_eval.py); returns its handle, which must be kept (the actor ends with its last
+    handle)."""
+    from memrl.engines.chat import start_chat_server
+
+    service = answerer_service(model)
+    return start_chat_server(ANSWERER, num_cpus=service["num_cpus"], **service["options"])
 
 
 def main() -> None:
@@ -206,18 +229,9 @@ def main() -> None:
         p.error(f"--num-gpus {args.num_gpus} leaves no GPU for the policy beside the answerer's {args.answerer_gpus} "
                 "(--answerer-gpus)")
 
-    def serve():
-        if url:
-            return None
-        if args.num_gpus:
-            return start_answerer(args.answerer, num_gpus=args.answerer_gpus,
-                                  temperature=PAPER["answerer_temperature"], max_tokens=PAPER["max_tokens"])
-        return start_answerer(args.answerer or ANSWERER_CHECKPOINT)
-
-    answerer = url or f"actor:{ANSWERER}"
-    run_example(p, args, run_name(args.writer), lambda: config(args.model, answerer, args.writer),
-                lambda: paper_config(args.model, policy_gpus, answerer, args.data),
-                cpu_iterations=CPU_ITERATIONS, metric="r_acc", serve=serve)
+    run_example(p, args, run_name(args.writer), lambda: config(args.model, args.answerer, args.writer),
+                lambda: paper_config(args.model, policy_gpus, args.answerer, args.data, args.answerer_gpus),
+                cpu_iterations=CPU_ITERATIONS, metric="r_acc")
 
 
 if __name__ == "__main__":

@@ -32,10 +32,9 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memrl import sft
+from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
-from memrl.learner.losses import LossConfig
-from memrl_tuned_examples.common import default_model
+from memrl.experiment import default_model
 from memrl_tuned_examples.memalpha_grpo import (
     ANSWER_MEMORIES,
     ANSWERER_CHECKPOINT,
@@ -121,7 +120,7 @@ def build(out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int, mode
               .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(250, steps),
                         num_train_tasks=num_train_tasks, task_options=spec.task_options,
                         # Each call weighs the same: a short answer row counts as much as a long row of calls.
-                        loss=LossConfig(kind="sft", aggregation="seq_mean_token_mean"))
+                        aggregation="seq_mean_token_mean")
               .evaluation(evaluation_num_tasks=num_eval_tasks)
               .debugging(seed=0))
     return sft.run(config, out, keep_eval_checkpoints)

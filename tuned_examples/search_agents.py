@@ -13,7 +13,7 @@ from typing import Callable
 
 from memrl_envs.search import load_questions
 from memrl.config import AlgorithmConfig
-from memrl_tuned_examples.common import parser, run_example, size_for_gpus
+from memrl.experiment import parser, run_example, size_for_gpus
 
 NUM_OBJECTIVES = 2
 """Questions per training task."""

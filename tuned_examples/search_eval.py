@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
-from memrl_tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
 from memrl_tuned_examples.search_agents import MAX_TOKENS, table_env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)

@@ -12,8 +12,8 @@ expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per wor
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
 optimizer and more expert episodes. Each writes <out>/<workflow>_search_sft with its sft_summary.json (held-out
 NLL, per-call exact match, greedy reward with its 95% interval, wall time; earlier stages' summaries under
-"earlier_stages", as memrl.sft.run records them). --multi continues the shipped <workflow>_search_sft with the
-MULTI stage and writes <out>/<workflow>_multi_search_sft, the policy search_eval.py measures.
+"earlier_stages", as memrl.algorithms.sft.run records them). --multi continues the shipped <workflow>_search_sft with
+the MULTI stage and writes <out>/<workflow>_multi_search_sft, the policy search_eval.py measures.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from memrl import sft
+from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
-from memrl_tuned_examples.common import RUNS, default_model
+from memrl.experiment import RUNS, default_model
 from memrl_tuned_examples.search_agents import (
     CHECKPOINTS,
     NUM_OBJECTIVES,

@@ -10,7 +10,7 @@ from pathlib import Path
 from ray import tune
 
 from memrl.algorithms import DAPO, DAPOConfig
-from memrl_tuned_examples.common import RUNS, default_model, init_ray, parser
+from memrl.experiment import RUNS, default_model, init_ray, parser
 
 
 def run_sweep(model: str, iterations: int, storage: Path, lrs: tuple[float, ...] = (1e-4, 1e-3)) -> tune.ResultGrid:

@@ -22,7 +22,7 @@ import numpy as np
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
-from memrl_tuned_examples.common import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
 from memrl_tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",

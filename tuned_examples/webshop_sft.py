@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memrl import sft
+from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
-from memrl_tuned_examples.common import RUNS, default_model
+from memrl.experiment import RUNS, default_model
 from memrl_tuned_examples.webshop_agents import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
 
 EXPERT_RECALL = 0.5

@@ -9,6 +9,8 @@
     while not (result := algo.train())["done"]: ...
     algo.save_model("runs/echo-sft")
 
+`run(config, out)` does all of that and writes sft_summary.json beside the model (the command line: `memrl sft`).
+
 An env that supports warm-starts implements `expert_action() -> str` on its unwrapped instance, a workflow
 `expert_response(action) -> str`; the expert episodes run through the episode loop (memrl.rollout), and each call
 becomes one training row holding the workflow's exact prompt ids. Each iteration takes `steps_per_iteration`
@@ -21,14 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
+from tqdm import tqdm
 
 from memrl.algorithms.trainer import Trainer
+from memrl.checkpoints import portable
 from memrl.config import NOT_SET, AlgorithmConfig, TrainingConfig, builder, given
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 from memrl.episode import Trajectory
@@ -108,8 +114,8 @@ class SFTConfig(AlgorithmConfig):
                              ">= 0)")
 
     def actor_groups(self) -> list[tuple[str, int, int, float, str]]:
-        """The learners only: evaluation runs a TorchEngine in the algorithm's own process."""
-        return super().actor_groups()[:1]
+        """The learners and the side services: evaluation runs a TorchEngine in the trainer's own process."""
+        return [group for group in super().actor_groups() if group[0] == "learners" or group[0].startswith("service ")]
 
 
 class SFT(Trainer):
@@ -218,6 +224,51 @@ class SFT(Trainer):
         self.engine.load_weights(self.learner_group.gather_state_dict().items(), version=self.steps_done)
 
 SFTConfig.algo_class = SFT
+
+
+SUMMARY_FILE = "sft_summary.json"
+"""Written next to the checkpoint: the run's config and out, evaluation curve, final figures and wall time."""
+
+
+def run(config: SFTConfig, out: str | Path, keep_eval_checkpoints: bool = False) -> dict:
+    """Build `config` (starting Ray if needed), train all its steps, write the checkpoint and SUMMARY_FILE to
+    `out`; keep_eval_checkpoints also saves the weights of every evaluation to out/step_<N>. Returns the summary.
+
+    A run that starts from a checkpoint an SFT run wrote carries that run's summary (and the ones it carried, oldest
+    first) under "earlier_stages", so the summary states the whole training budget."""
+    start = time.perf_counter()
+    base = Path(config.learners_cfg.model_path) / SUMMARY_FILE
+    earlier = json.loads(base.read_text()) if base.is_file() else None
+    out = Path(out).absolute()  # learner actors do not share this process's working directory
+    algo = config.build()
+    try:
+        bar = tqdm(total=config.training_cfg.steps, desc="sft", unit="step",
+                   disable=not config.debugging_cfg.progress_bars)
+        done = False
+        while not done:
+            result = algo.train()
+            done = result["done"]
+            bar.update(int(result["learners"]["optimizer_steps"]))
+            ev = result["evaluation"]
+            bar.set_postfix(nll=f"{result['learners']['nll']:.3f}", eval_nll=f"{ev['eval_nll']:.3f}",
+                            exact=f"{ev['call_exact_match']:.2f}")
+            if keep_eval_checkpoints and not done:
+                algo.save_model(out / f"step_{result['steps']}")
+        bar.close()
+        algo.save_model(out)
+        summary = {**algo.summary(), "out": str(out), "wall_s": time.perf_counter() - start}
+        if earlier is not None:
+            summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
+    finally:
+        algo.stop()
+    (out / SUMMARY_FILE).write_text(json.dumps(portable(summary), indent=1))
+    for name in ("initial", "final"):
+        m = summary[name]
+        print(f"{name} (step {m['step']}): held-out NLL {m['eval_nll']:.4f}, per-call exact match "
+              f"{m['call_exact_match']:.3f}, greedy reward {m['reward_mean']:.3f} "
+              f"[{m['reward_ci_low']:.3f}, {m['reward_ci_high']:.3f}]")
+    print(f"wrote {out} in {summary['wall_s']:.0f} s")
+    return summary
 
 
 def collect_expert_rows(env_id: str, env_config: dict, workflow: str, workflow_config: dict,

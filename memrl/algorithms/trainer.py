@@ -1,10 +1,10 @@
 """Trainer: what every memrl training run shares, RL (memrl.algorithms.Algorithm) and SFT alike.
 
-A Ray Tune Trainable that rebuilds its config from Tune's dict and checks it before any actor starts, places its
-learner groups in the trial's placement group, saves them in durable checkpoints (periodically too, with
-fault_tolerance.checkpoint_frequency), and recovers learners that die or stall: they start anew from the newest
-periodic checkpoint and the iterations since run again, with the figures they had (every iteration's randomness
-follows from (seed, iteration)).
+A Ray Tune Trainable that rebuilds its config from Tune's dict and checks it before any actor starts, starts the
+side services its envs call (memrl.services), places its learner groups in the trial's placement group, saves them
+in durable checkpoints (periodically too, with fault_tolerance.checkpoint_frequency), and recovers learners that die
+or stall: they start anew from the newest periodic checkpoint and the iterations since run again, with the figures
+they had (every iteration's randomness follows from (seed, iteration)).
 
 A subclass sets up its own actors (`build`), runs one iteration (`_step`), and says what a checkpoint keeps besides
 the learners (`checkpoint_state` / `restore_state`, and files of its own with `save_files` / `load_files`).
@@ -26,6 +26,7 @@ from memrl import checkpoints
 from memrl.cluster import FailureBudget, trial_placement_group
 from memrl.config import AlgorithmConfig
 from memrl.learner.learner_group import LearnerFailed, LearnerGroup
+from memrl.services import point_at, start_services, stop_services
 
 STATE_FILE = "algorithm_state.json"
 """The checkpoint's JSON: the iteration, the config and the trainer's checkpoint_state."""
@@ -131,13 +132,13 @@ class Trainer(tune.Trainable):
 
     # -- construction --------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:
-        """Tune's set-up: the config from its dict, checked (values, components, resources, services) before any
-        actor starts, then the trainer's own actors (`build`)."""
+        """Tune's set-up: the config from its dict, checked (values, components, resources) before any actor
+        starts, the side services (memrl.services), the envs' services checked, then the trainer's own actors
+        (`build`)."""
         self.cfg = type(self.get_default_config()).from_dict(config)
         self.cfg.validate()
         self.cfg.check_components()
         self.cfg.check_resources()
-        self.cfg.check_services()
         self._trial_group = trial_placement_group(self.cfg)
         self.seed = self.cfg.debugging_cfg.seed
         faults = self.cfg.fault_tolerance_cfg
@@ -145,7 +146,24 @@ class Trainer(tune.Trainable):
         # Why the learners' state is not that of the last completed iteration: an iteration failed once they had begun
         # to train, or a save stopped them. The next step recovers them from a checkpoint first.
         self._unfinished: str | None = None
-        self.build()
+        self.services = self._start_services()
+        try:
+            self.cfg.check_services()
+            self.build()
+        except BaseException:
+            stop_services(self.services)
+            raise
+
+    def _start_services(self) -> dict:
+        """Start the side services (services.actors) in their bundles, under trial-specific names in a Tune trial,
+        and point the env options that name them there."""
+        specs = self.cfg.services_cfg.specs()
+        in_trial = self.trial_id != "default"
+        names = {name: f"{name}.{self.trial_id}" if in_trial else name for name in specs}
+        env, ev = self.cfg.environment_cfg, self.cfg.evaluation_cfg
+        env.env_config = point_at(env.env_config, names)
+        ev.evaluation_env_config = point_at(ev.evaluation_env_config, names)
+        return start_services(specs, names, self.placement, self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
 
     def build(self) -> None:
         """Start the trainer's actors (the learners among them, with `start_learners`) and set its counters (one of
@@ -255,3 +273,4 @@ class Trainer(tune.Trainable):
     def cleanup(self) -> None:
         for group in self.learner_groups().values():
             group.shutdown()
+        stop_services(self.services)

@@ -408,7 +408,8 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
     algo.stop()
 
 
-def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(ray_session, tiny_checkpoint, tmp_path):
+def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(ray_session, tiny_checkpoint, tmp_path,
+                                                                              actor_gone):
     from ray import tune
 
     from memrl.algorithms import DAPO
@@ -422,14 +423,21 @@ def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(r
                     lambda self: ray.util.get_current_placement_group().id.hex()), timeout=60)
 
             result = super().step()
+            judge = self.services["judge"]
             result["placement"] = {"trial": ray.util.get_current_placement_group().id.hex(),
                                    "learners": [group_of(a) for a in self.learner_group.learners],
-                                   "engines": [group_of(e) for e in self.engines]}
+                                   "engines": [group_of(e) for e in self.engines], "services": [group_of(judge)],
+                                   "judge": ray.get(judge.__ray_call__.remote(
+                                       lambda self: ray.get_runtime_context().get_actor_name()), timeout=60)}
             return result
 
-    config = _config(tiny_checkpoint, "torch").learners(num_learners=1).training(lr=tune.grid_search([1e-4, 1e-3]))
+    judge = {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 0.5,
+             "options": {"model_path": str(tiny_checkpoint), "max_tokens": 4}}
+    config = (_config(tiny_checkpoint, "torch").learners(num_learners=1).services(actors={"judge": judge})
+              .training(lr=tune.grid_search([1e-4, 1e-3])))
     bundles = DAPO.default_resource_request(config.to_dict()).bundles
-    assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]  # the algorithm, its learner, its engine
+    # The algorithm, its learner, its engine and its side service.
+    assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 0.5}]
     tuner = tune.Tuner(PlacedDAPO, param_space=config,
                        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 1},
                                                  verbose=0))
@@ -437,5 +445,9 @@ def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(r
     assert not grid.errors and len(grid) == 2
     placements = [r.metrics["placement"] for r in grid]
     for placed in placements:
-        assert placed["learners"] == placed["engines"] == [placed["trial"]]
+        assert placed["learners"] == placed["engines"] == placed["services"] == [placed["trial"]]
     assert placements[0]["trial"] != placements[1]["trial"]
+    # Each trial serves its own judge, under a name of its own; both are stopped with their trials.
+    names = sorted(placed["judge"] for placed in placements)
+    assert names[0] != names[1] and all(name.startswith("judge.") for name in names)
+    assert all(actor_gone(name) for name in names)

@@ -23,7 +23,7 @@ from memrl.algorithms.sft import (
     probe_rows,
 )
 from memrl.engines.torch_engine import TorchEngine
-from memrl.sft import SUMMARY_FILE, run
+from memrl.algorithms.sft import SUMMARY_FILE, run
 from memrl.workflows import WORKFLOWS
 from memrl.workflows.base import LastObservationWorkflow, Workflow
 from memrl.workflows.search_prompts import MEMORY_PROBE

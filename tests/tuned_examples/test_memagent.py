@@ -7,9 +7,9 @@ import re
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from memrl.sft import SUMMARY_FILE
+from memrl.algorithms.sft import SUMMARY_FILE
 from memrl_tuned_examples import common, memagent_dapo, memagent_eval, memagent_sft
-from memrl_tuned_examples.common import train, training_budget
+from memrl.experiment import train, training_budget
 from memrl_tuned_examples.memagent_dapo import (
     BASELINE,
     BASELINE_WINDOW,

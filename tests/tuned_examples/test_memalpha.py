@@ -9,9 +9,9 @@ import sys
 import pytest
 from transformers import AutoModelForCausalLM
 
-from memrl.sft import SUMMARY_FILE
+from memrl.algorithms.sft import SUMMARY_FILE
 from memrl_tuned_examples import memalpha_eval, memalpha_sft
-from memrl_tuned_examples.common import train
+from memrl.experiment import train
 from memrl_tuned_examples.memalpha_grpo import (
     ANSWERER,
     ANSWERER_CHECKPOINT,
@@ -50,16 +50,15 @@ def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, messa
 
 
 @pytest.mark.slow
-def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path):
-    answerer = start_answerer(ANSWERER_CHECKPOINT)
-    try:
-        cfg = (config(WARM_START)
-               .env_runners(num_envs_per_env_runner=8)
-               .training(tasks_per_iteration=2, group_size=4)
-               .evaluation(evaluation_num_tasks=12))
-        summary = train(cfg, iterations=2, out=tmp_path, metric="r_acc")
-    finally:
-        ray_session.kill(answerer)
+def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path, actor_gone):
+    # The algorithm serves the frozen answerer itself (a side service) and stops it at the end.
+    cfg = (config(WARM_START)
+           .env_runners(num_envs_per_env_runner=8)
+           .training(tasks_per_iteration=2, group_size=4)
+           .evaluation(evaluation_num_tasks=12))
+    assert cfg.resources()[0]["CPU"] == 4  # two learners, the engine and the answerer
+    summary = train(cfg, iterations=2, out=tmp_path, metric="r_acc")
+    assert actor_gone(ANSWERER)
     assert summary["score"] == "r_acc" and len(summary["score_per_iteration"]) == 2
     # Every sampled trajectory is counted: trained, or in a group whose rollouts all scored the same r_acc.
     counters = summary["counters"]

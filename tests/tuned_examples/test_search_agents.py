@@ -8,10 +8,10 @@ from transformers import AutoTokenizer
 
 from memrl_envs.search import SearchEnv
 from memrl.checkpoints import portable
-from memrl.sft import SUMMARY_FILE
+from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from memrl_tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
-from memrl_tuned_examples.common import train
+from memrl.experiment import train
 from memrl_tuned_examples.search_agents import MAX_TOKENS, env_config, table_env_config, warm_start, workflow_config
 
 WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")

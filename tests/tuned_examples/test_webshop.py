@@ -7,10 +7,10 @@ import pytest
 from transformers import AutoTokenizer
 
 from memrl_envs.webshop import WebShopEnv
-from memrl.sft import SUMMARY_FILE
+from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
 from memrl_tuned_examples import mem1_webshop_ppo, webshop_eval, webshop_sft
-from memrl_tuned_examples.common import train
+from memrl.experiment import train
 from memrl_tuned_examples.webshop_agents import (
     MAX_TOKENS,
     REACT_WINDOW,

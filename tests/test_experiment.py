@@ -9,7 +9,7 @@ import pytest
 
 from memrl.algorithms import DAPOConfig
 from memrl.episode import Trajectory
-from memrl_tuned_examples.common import (
+from memrl.experiment import (
     budget_table,
     heldout_summary,
     score,
@@ -50,7 +50,7 @@ def test_trained_policy_is_the_given_path_or_a_written_default(tmp_path):
 def test_policy_arg_reads_name_checkpoint_and_workflow():
     from pathlib import Path
 
-    from memrl_tuned_examples.common import policy_arg
+    from memrl.experiment import policy_arg
 
     assert policy_arg("RL=runs/x:y/model:mem1") == ("RL", Path("runs/x:y/model"), "mem1")
     for bad in ("RL", "RL=runs/model", "=runs/model:mem1"):

@@ -1,69 +1,48 @@
-"""SFT warm-starts from the command line: flags onto SFTConfig (memrl.algorithms.sft), train, write the model.
+"""memrl's command line (`memrl ...`, or `python -m memrl ...`).
 
-    python -m memrl.sft --env memrl/Echo-v0 --workflow last_observation --model runs/tiny-model \\
-        --out runs/echo-sft --steps 1000
+    memrl train memagent_dapo --iterations 2     # a tuned example, with its own flags
+    memrl sft --env memrl/Echo-v0 --workflow last_observation --model runs/tiny-model \\
+        --out runs/echo-sft --steps 1000        # an SFT warm-start from flags
 
-`run(config, out)` is the same from Python: it trains until training.steps, writes the Hugging Face checkpoint
-and sft_summary.json (the config, the evaluation curve, the training NLL per step, times) to `out`.
+`memrl train` runs the examples registered under the "memrl.examples" entry points, by name: memrl's tuned
+examples, and those of any installed package that registers its own. `memrl sft` maps its flags onto SFTConfig
+(memrl.algorithms.sft), trains, and writes the model and sft_summary.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from tqdm import tqdm
-
-from memrl.algorithms.sft import SFTConfig
-from memrl.checkpoints import portable
+from memrl.algorithms.sft import SFTConfig, run
 from memrl.learner.learner_config import LR_SCHEDULES
 
-SUMMARY_FILE = "sft_summary.json"
-"""Written next to the checkpoint: the run's config and out, evaluation curve, final figures and wall time."""
+EXAMPLES_GROUP = "memrl.examples"
+"""The entry-point group of runnable examples: name = "package.module:main"."""
 
 
-def run(config: SFTConfig, out: str | Path, keep_eval_checkpoints: bool = False) -> dict:
-    """Build `config` (starting Ray if needed), train all its steps, write the checkpoint and SUMMARY_FILE to
-    `out`; keep_eval_checkpoints also saves the weights of every evaluation to out/step_<N>. Returns the summary.
+def examples() -> dict[str, EntryPoint]:
+    """The registered examples by name."""
+    return {entry.name: entry for entry in entry_points(group=EXAMPLES_GROUP)}
 
-    A run that starts from a checkpoint an SFT run wrote carries that run's summary (and the ones it carried, oldest
-    first) under "earlier_stages", so the summary states the whole training budget."""
-    start = time.perf_counter()
-    base = Path(config.learners_cfg.model_path) / SUMMARY_FILE
-    earlier = json.loads(base.read_text()) if base.is_file() else None
-    out = Path(out).absolute()  # learner actors do not share this process's working directory
-    algo = config.build()
-    try:
-        bar = tqdm(total=config.training_cfg.steps, desc="sft", unit="step",
-                   disable=not config.debugging_cfg.progress_bars)
-        done = False
-        while not done:
-            result = algo.train()
-            done = result["done"]
-            bar.update(int(result["learners"]["optimizer_steps"]))
-            ev = result["evaluation"]
-            bar.set_postfix(nll=f"{result['learners']['nll']:.3f}", eval_nll=f"{ev['eval_nll']:.3f}",
-                            exact=f"{ev['call_exact_match']:.2f}")
-            if keep_eval_checkpoints and not done:
-                algo.save_model(out / f"step_{result['steps']}")
-        bar.close()
-        algo.save_model(out)
-        summary = {**algo.summary(), "out": str(out), "wall_s": time.perf_counter() - start}
-        if earlier is not None:
-            summary["earlier_stages"] = [*earlier.pop("earlier_stages", []), earlier]
-    finally:
-        algo.stop()
-    (out / SUMMARY_FILE).write_text(json.dumps(portable(summary), indent=1))
-    for name in ("initial", "final"):
-        m = summary[name]
-        print(f"{name} (step {m['step']}): held-out NLL {m['eval_nll']:.4f}, per-call exact match "
-              f"{m['call_exact_match']:.3f}, greedy reward {m['reward_mean']:.3f} "
-              f"[{m['reward_ci_low']:.3f}, {m['reward_ci_high']:.3f}]")
-    print(f"wrote {out} in {summary['wall_s']:.0f} s")
-    return summary
+
+def train(argv: Sequence[str]) -> object:
+    """`memrl train NAME [flags]`: the example's main() with its own flags (its --help lists them)."""
+    found = examples()
+    if not argv or argv[0].startswith("-"):
+        print(f"usage: memrl train NAME [flags]; NAME is one of: {', '.join(sorted(found))}", file=sys.stderr)
+        raise SystemExit(2 if not argv or argv[0] not in ("-h", "--help") else 0)
+    name, rest = argv[0], list(argv[1:])
+    if name not in found:
+        print(f"memrl train: no example named {name!r}; the registered ones ({EXAMPLES_GROUP} entry points): "
+              f"{', '.join(sorted(found))}", file=sys.stderr)
+        raise SystemExit(2)
+    sys.argv = [f"memrl train {name}", *rest]  # the example parses its own flags
+    return found[name].load()()
 
 
 def _json(kind: type, what: str):
@@ -79,11 +58,12 @@ def _json(kind: type, what: str):
     return parse
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command's flags; each names the SFTConfig field it sets."""
+def sft_parser() -> argparse.ArgumentParser:
+    """`memrl sft`'s flags; each names the SFTConfig field it sets."""
     d = SFTConfig()
     train, optimizer = d.training_cfg, d.training_cfg.optimizer
-    p = argparse.ArgumentParser(description="SFT warm-start on scripted-expert episodes (memrl.algorithms.sft).")
+    p = argparse.ArgumentParser(prog="memrl sft",
+                                description="SFT warm-start on scripted-expert episodes (memrl.algorithms.sft).")
     p.add_argument("--model", required=True, help="learners.model_path: local Hugging Face checkpoint to start from")
     p.add_argument("--out", required=True, help="directory to write the checkpoint and sft_summary.json to")
     p.add_argument("--env", default=d.environment_cfg.env, help="environment: registered gymnasium id whose "
@@ -137,9 +117,9 @@ def config_from_args(args: argparse.Namespace) -> SFTConfig:
     return config
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Command-line entry point."""
-    p = parser()
+def sft(argv: Sequence[str]) -> dict:
+    """`memrl sft [flags]`: train the warm-start the flags describe and write it to --out."""
+    p = sft_parser()
     args = p.parse_args(argv)
     try:
         config = config_from_args(args)
@@ -148,5 +128,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     return run(config, args.out, args.keep_eval_checkpoints)
 
 
-if __name__ == "__main__":
-    main()
+COMMANDS = {"train": train, "sft": sft}
+
+
+def main(argv: Sequence[str] | None = None) -> object:
+    """The `memrl` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(__doc__.split("\n\n", 1)[1].rstrip(), file=sys.stderr)
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nmemrl: no command {argv[0]!r}; the commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    return COMMANDS[argv[0]](argv[1:])

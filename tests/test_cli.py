@@ -1,8 +1,13 @@
-"""`python -m memrl.sft`: its flags map onto SFTConfig, and bad ones are refused naming what is wrong."""
+"""The `memrl` command: `memrl sft`'s flags map onto SFTConfig and bad ones are refused naming what is wrong;
+`memrl train` runs the registered examples by name."""
+
+import subprocess
+import sys
 
 import pytest
 
-from memrl.sft import config_from_args, parser
+from memrl.cli import config_from_args, examples, main
+from memrl.cli import sft_parser as parser
 
 
 def test_command_line_maps_onto_the_config(tiny_checkpoint, tmp_path):
@@ -34,3 +39,34 @@ def test_bad_flags_are_refused(tiny_checkpoint, tmp_path, capsys):
     with pytest.raises(ValueError, match="training.batch_size=0 is not allowed"):
         config_from_args(parser().parse_args(["--model", str(tiny_checkpoint), "--out", str(tmp_path),
                                               "--batch-size", "0"]))
+
+
+def test_every_tuned_example_script_is_registered_and_loads():
+    from pathlib import Path
+
+    scripts = {p.stem for p in (Path(__file__).parents[1] / "tuned_examples").glob("*.py")
+               if "\ndef main(" in p.read_text()}
+    found = examples()
+    assert scripts and scripts <= set(found)
+    for name in scripts:
+        assert callable(found[name].load())
+
+
+def test_train_runs_an_example_by_name_with_its_own_flags():
+    # Through the installed `memrl` command: the example parses its own flags (here, its --help).
+    proc = subprocess.run([sys.executable, "-m", "memrl", "train", "echo_dapo", "--help"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("usage: memrl train echo_dapo") and "--num-gpus" in proc.stdout
+
+
+def test_unknown_commands_and_examples_are_named(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "no_such_example"])
+    assert exit_.value.code == 2 and "no example named 'no_such_example'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit"])
+    assert exit_.value.code == 2 and "no command 'fit'; the commands: train, sft" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train"])
+    assert exit_.value.code == 2 and "memalpha_grpo" in capsys.readouterr().err

@@ -1,4 +1,11 @@
-"""Shared pieces of the tuned examples: the default model, command-line sizing and the training loop."""
+"""Experiments: what every tuned example (and the benchmarks built on them) runs through.
+
+The command line every example takes (`parser`, `run_example`: the CPU default, or with --num-gpus its paper
+preset), GPU sizing (`size_for_gpus`, `use_engine`), the train loop with its progress bars and held-out evaluations
+before and after (`train`: the paired change with its 95% interval, summary.json, the learning curve), and the
+training budget a checkpoint records (`training_budget`, `budget_table`). A tuned example is then its CPU config,
+its paper preset and its expected score; `memrl train <example>` runs it (memrl.cli).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from memrl.config import AlgorithmConfig
 from memrl.console import VERBOSE_ENV
 from memrl.engines import ENGINES
 from memrl.models import tiny
-from memrl.sft import SUMMARY_FILE
+from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.stats import eval_summary, paired_interval, reward_interval
 
 RUNS = Path("runs")
@@ -108,17 +115,14 @@ def use_engine(config: AlgorithmConfig, engine: str) -> AlgorithmConfig:
 
 def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
                 cpu_config: Callable[[], AlgorithmConfig], gpu_config: Callable[[], AlgorithmConfig],
-                cpu_iterations: int, gpu_iterations: int = 200, metric: str | None = None,
-                serve: Callable[[], object] | None = None) -> dict:
+                cpu_iterations: int, gpu_iterations: int = 200, metric: str | None = None) -> dict:
     """An example's main: the CPU default, or with --num-gpus its paper preset on the local checkpoint --model;
-    writes to --out (default runs/<name>). `metric` is train()'s held-out score; `serve`, called once Ray runs,
-    starts what the env needs beside the algorithm (e.g. Mem-α's answerer) and returns a handle kept for the run."""
+    writes to --out (default runs/<name>). `metric` is train()'s held-out score."""
     if args.num_gpus and not args.model:
         p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     init_ray(args.num_gpus)
-    served = serve() if serve else None  # noqa: F841 (the actor lives as long as its handle)
     if args.num_gpus:
         cfg, iterations = use_engine(gpu_config(), args.engine), args.iterations or gpu_iterations
     else:
