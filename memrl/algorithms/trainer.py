@@ -44,84 +44,6 @@ class Trainer(tune.Trainable):
     _periodic_bytes: int = 0
     """Size of the newest periodic checkpoint: the room the next one is checked for before it starts."""
 
-    def train(self) -> dict[str, Any]:
-        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due. A learner that dies
-        or stalls during that save is recovered as during a step (from the newest periodic checkpoint, the
-        iterations since run again), and the save is made again. A save that cannot be written (a full disk) raises
-        a CheckpointError naming the path and the room it needs, leaving nothing of itself behind; it stopped the
-        learners, so the next call starts them anew from the newest periodic checkpoint before it goes on."""
-        result = super().train()
-        faults = self.cfg.fault_tolerance_cfg
-        if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
-            target = Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"
-            checkpoints.check_room(target, self._periodic_bytes)  # known after the first save
-            while True:
-                try:
-                    path = Path(self.save_to_path(target))
-                    break
-                except LearnerFailed as failure:
-                    self._recover_learners(failure)
-                    # The dead save's other ranks may have written on after it gave up; they are gone now.
-                    checkpoints.remove_own_staging(target)
-                except checkpoints.CheckpointError as error:  # save_to_path removed what it had written
-                    if not self._periodic_bytes:
-                        raise
-                    raise checkpoints.CheckpointError(f"{error}; the last periodic checkpoint took "
-                                                      f"{self._periodic_bytes:,} bytes") from None
-            self._periodic_bytes = checkpoints.size_bytes(path)
-            saved = (path, *(p for p in self._periodic if p != path))
-            for old in saved[faults.keep_checkpoints:]:
-                shutil.rmtree(old)
-            self._periodic = saved[: faults.keep_checkpoints]
-        return result
-
-    def step(self) -> dict[str, Any]:
-        """One iteration; a learner that dies or stalls is recovered from the newest periodic checkpoint first."""
-        while True:
-            try:
-                if self._unfinished is not None:
-                    raise LearnerFailed(self._unfinished)
-                return self._step()
-            except LearnerFailed as failure:
-                self._recover_learners(failure)
-
-    def _recover_learners(self, failure: LearnerFailed) -> None:
-        """Start the learner groups anew from the newest periodic checkpoint and run the iterations since it again
-        (the same tasks and seeds: the same figures), up to the one that failed."""
-        target = self.iteration
-        found = self._periodic  # this run's own: a directory may hold another run's too
-        if not found:
-            raise LearnerFailed(f"{failure}; no periodic checkpoint to recover from (set fault_tolerance."
-                                f"checkpoint_frequency and checkpoint_dir)") from None
-        self._learner_budget.spend(str(failure))
-        logger.warning("%s; starting the learners anew from %s and running the iterations since again", failure,
-                       found[0])
-        for group in self.learner_groups().values():
-            group.shutdown()
-        self.start_learners()
-        self._rejoin_learners(failure)
-        # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
-        # happened in between stay counted.
-        live = self._counter_dicts()
-        kept = [{k: v for k, v in c.items() if k in FAILURE_COUNTERS} for c in live]
-        self.load_checkpoint(str(found[0]))
-        for counters, failures in zip(live, kept):
-            counters.update(failures)
-        self.counters["learner_restarts"] += 1
-        while self.iteration < target:
-            self._step(replay=True)
-            self._iteration += 1  # what Tune's train() does after each step
-
-    def _rejoin_learners(self, failure: Exception) -> None:
-        """Connect new learner groups to the rest of the run: engines that broke with them replaced, weight sync."""
-        broken = self._broken_engines()
-        if broken:
-            self._start_engines(broken, failure)
-        self._init_weight_sync()
-
-    def _counter_dicts(self) -> list[dict[str, int]]:
-        return [self.counters, self.env_runner_group.counters]
-
     @classmethod
     def get_default_config(cls) -> AlgorithmConfig:
         """A fresh config of this trainer with its defaults (each trainer returns its own config class).
@@ -199,6 +121,75 @@ class Trainer(tune.Trainable):
     def _counter_dicts(self) -> list[dict[str, int]]:
         """The counters a recovery keeps the failure counts of (FAILURE_COUNTERS)."""
         return [self.counters]
+
+    # -- iterations, and learners recovered -----------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """One iteration (Tune's Trainable.train), then the periodic checkpoint when one is due. A learner that dies
+        or stalls during that save is recovered as during a step (from the newest periodic checkpoint, the
+        iterations since run again), and the save is made again. A save that cannot be written (a full disk) raises
+        a CheckpointError naming the path and the room it needs, leaving nothing of itself behind; it stopped the
+        learners, so the next call starts them anew from the newest periodic checkpoint before it goes on."""
+        result = super().train()
+        faults = self.cfg.fault_tolerance_cfg
+        if faults.checkpoint_frequency and self.iteration % faults.checkpoint_frequency == 0:
+            target = Path(faults.checkpoint_dir) / f"iteration_{self.iteration:06d}"
+            checkpoints.check_room(target, self._periodic_bytes)  # known after the first save
+            while True:
+                try:
+                    path = Path(self.save_to_path(target))
+                    break
+                except LearnerFailed as failure:
+                    self._recover_learners(failure)
+                    # The dead save's other ranks may have written on after it gave up; they are gone now.
+                    checkpoints.remove_own_staging(target)
+                except checkpoints.CheckpointError as error:  # save_to_path removed what it had written
+                    if not self._periodic_bytes:
+                        raise
+                    raise checkpoints.CheckpointError(f"{error}; the last periodic checkpoint took "
+                                                      f"{self._periodic_bytes:,} bytes") from None
+            self._periodic_bytes = checkpoints.size_bytes(path)
+            saved = (path, *(p for p in self._periodic if p != path))
+            for old in saved[faults.keep_checkpoints:]:
+                shutil.rmtree(old)
+            self._periodic = saved[: faults.keep_checkpoints]
+        return result
+
+    def step(self) -> dict[str, Any]:
+        """One iteration; a learner that dies or stalls is recovered from the newest periodic checkpoint first."""
+        while True:
+            try:
+                if self._unfinished is not None:
+                    raise LearnerFailed(self._unfinished)
+                return self._step()
+            except LearnerFailed as failure:
+                self._recover_learners(failure)
+
+    def _recover_learners(self, failure: LearnerFailed) -> None:
+        """Start the learner groups anew from the newest periodic checkpoint and run the iterations since it again
+        (the same tasks and seeds: the same figures), up to the one that failed."""
+        target = self.iteration
+        found = self._periodic  # this run's own: a directory may hold another run's too
+        if not found:
+            raise LearnerFailed(f"{failure}; no periodic checkpoint to recover from (set fault_tolerance."
+                                f"checkpoint_frequency and checkpoint_dir)") from None
+        self._learner_budget.spend(str(failure))
+        logger.warning("%s; starting the learners anew from %s and running the iterations since again", failure,
+                       found[0])
+        for group in self.learner_groups().values():
+            group.shutdown()
+        self.start_learners()
+        self._rejoin_learners(failure)
+        # The checkpoint's work counters are right again once the iterations since are rerun; the failures that
+        # happened in between stay counted.
+        live = self._counter_dicts()
+        kept = [{k: v for k, v in c.items() if k in FAILURE_COUNTERS} for c in live]
+        self.load_checkpoint(str(found[0]))
+        for counters, failures in zip(live, kept):
+            counters.update(failures)
+        self.counters["learner_restarts"] += 1
+        while self.iteration < target:
+            self._step(replay=True)
+            self._iteration += 1  # what Tune's train() does after each step
 
     # -- checkpoints ---------------------------------------------------------------------
     def learner_groups(self) -> dict[str, LearnerGroup]:

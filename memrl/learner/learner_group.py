@@ -265,7 +265,7 @@ class LearnerGroup:
         A rank that cannot write its part (a full disk, say) raises while its peers wait for it in the save's
         barrier, where they would stay until the process group's timeout. So the group is stopped at once and a
         CheckpointError names the path, the rank's error and the room left; the learners' state is lost with them
-        (Recovery starts them anew from the newest periodic checkpoint)."""
+        (the Trainer starts them anew from the newest periodic checkpoint)."""
         refs = self._call("save_checkpoint", path, wait=False)
         try:
             self.wait(refs, "save_checkpoint")
