@@ -279,8 +279,8 @@ class AlgorithmConfig(_Config):
     @builder
     def environment(self, env: str | None = None, *, env_config: dict | None = None) -> Self:
         """Set the env id and its constructor arguments."""
-        given = {"env": env, "env_config": env_config}
-        return self._set("environment", **{k: v for k, v in given.items() if v is not None})
+        values = {"env": env, "env_config": env_config}
+        return self._set("environment", **{k: v for k, v in values.items() if v is not None})
 
     @builder
     def env_runners(self, *, num_env_runners: int = NOT_SET, num_envs_per_env_runner: int = NOT_SET,

@@ -1,4 +1,5 @@
-"""Algorithms, each an Algorithm (a Ray Tune Trainable) with its AlgorithmConfig: the RL methods and SFT."""
+"""The trainers, each with its config: the RL methods (each an Algorithm) and SFT, both Trainers
+(memrl.algorithms.trainer, a Ray Tune Trainable)."""
 
 from memrl.algorithms.algorithm import Algorithm
 from memrl.algorithms.grpo import DAPO, GRPO, DAPOConfig, GRPOConfig

@@ -8,7 +8,8 @@ import pytest
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from memrl.algorithms.sft import SUMMARY_FILE
-from memrl_tuned_examples import common, memagent_dapo, memagent_eval, memagent_sft
+from memrl import experiment
+from memrl_tuned_examples import memagent_dapo, memagent_eval, memagent_sft
 from memrl.experiment import train, training_budget
 from memrl_tuned_examples.memagent_dapo import (
     BASELINE,
@@ -88,7 +89,7 @@ def test_length_and_rate_of_the_cpu_default_can_be_changed(monkeypatch, capsys):
 
 def test_baseline_build_from_a_deeper_model(monkeypatch, tmp_path, capsys):
     built = []
-    monkeypatch.setattr(common, "RUNS", tmp_path)
+    monkeypatch.setattr(experiment, "RUNS", tmp_path)
     monkeypatch.setattr(memagent_sft, "build_all", lambda workflow, out, num_eval_tasks, init=None:
                         built.append((workflow, out, init)))
     monkeypatch.setattr("sys.argv", ["memagent_sft.py", "--workflow", "full_context", "--layers", "6",
