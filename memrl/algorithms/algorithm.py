@@ -24,7 +24,6 @@ from memrl.algorithms.prefetch import (PhaseClock, Prefetch, SampledBatch, Sampl
 from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
 from memrl.algorithms.trainer import Trainer
 from memrl.cluster import FailureBudget, get
-from memrl.config import AlgorithmConfig
 from memrl.console import verbose
 from memrl.engines import start_engine
 from memrl.episode import Trajectory, from_arrow
@@ -41,10 +40,6 @@ from memrl.tokenizer import tokenizer_class_path
 class Algorithm(EngineRecovery, Trainer):
     """The RL trainer: engines, env runners and learners from an AlgorithmConfig; subclasses choose the defaults
     (and PPO its critic)."""
-
-    @classmethod
-    def get_default_config(cls) -> AlgorithmConfig:
-        return AlgorithmConfig()
 
     # -- construction --------------------------------------------------------------------
     def build(self) -> None:

@@ -12,6 +12,7 @@ the learners (`checkpoint_state` / `restore_state`, and files of its own with `s
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ FAILURE_COUNTERS = ("engine_restarts", "learner_restarts", "runner_failures", "r
 """Counters of failures, which a recovery from a periodic checkpoint keeps instead of taking the checkpoint's."""
 
 
-class Trainer(tune.Trainable):
+class Trainer(tune.Trainable, abc.ABC):
     """The shared half of Algorithm and SFT: config, learner groups, checkpoints and learner recovery."""
 
     _periodic: tuple[Path, ...] = ()
@@ -50,7 +51,7 @@ class Trainer(tune.Trainable):
 
         A method, not a class attribute: Ray walks class attributes when it exports an actor class, and
         config -> trainer -> config would never end."""
-        raise NotImplementedError
+        return AlgorithmConfig()
 
     # -- construction --------------------------------------------------------------------
     def setup(self, config: dict[str, Any]) -> None:
@@ -87,10 +88,10 @@ class Trainer(tune.Trainable):
         ev.evaluation_env_config = point_at(ev.evaluation_env_config, names)
         return start_services(specs, names, self.placement, self.cfg.fault_tolerance_cfg.actor_start_timeout_s)
 
+    @abc.abstractmethod
     def build(self) -> None:
         """Start the trainer's actors (the learners among them, with `start_learners`) and set its counters (one of
         them "learner_restarts")."""
-        raise NotImplementedError
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
