@@ -489,7 +489,7 @@ class AlgorithmConfig(_Config):
         if correction != "none" and train.use_rollout_logprobs:
             raise ValueError(f"training.off_policy_correction={correction!r} weighs the learner's logprobs against the "
                              "engine's, so it needs training.use_rollout_logprobs=False")
-        for section, sub in (("env_runners", run.sampling), ("training", train.loss), ("training", train.optimizer)):
+        for section, sub in (("env_runners", run.sampling), ("training", train.loss)):
             _checked(section, sub)  # the nested sections check their own settings
         self.learner_config()  # LearnerConfig checks the learners' and the optimizer's settings
 
