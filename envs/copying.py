@@ -5,8 +5,8 @@ The text is random characters (a-z, 0-9: how product ids and sizes are spelled) 
 `cue_chars` characters that come right before a span of `answer_chars`, chosen so the cue occurs once; the agent
 replies with that span. The embedded tiny model learns this from dense examples like these in minutes, and slowly
 from the few id characters of WebShop's expert episodes, so the WebShop warm-starts begin here
-(tuned_examples/webshop_sft.py). One turn; the reward is 1 for the exact span (reward="exact") or the characters'
-similarity ratio (reward="similarity", difflib).
+(tuned_examples/warm_starts/webshop_sft.py). One turn; the reward is 1 for the exact span (reward="exact") or the
+characters' similarity ratio (reward="similarity", difflib).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ def test_bad_flags_are_refused(tiny_checkpoint, tmp_path, capsys):
 def test_every_tuned_example_script_is_registered_and_loads():
     from pathlib import Path
 
-    scripts = {p.stem for p in (Path(__file__).parents[1] / "tuned_examples").glob("*.py")
+    # The examples, the warm-start recipes and the analyses.
+    scripts = {p.stem for p in (Path(__file__).parents[1] / "tuned_examples").rglob("*.py")
                if "\ndef main(" in p.read_text()}
     found = examples()
     assert scripts and scripts <= set(found)

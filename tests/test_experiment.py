@@ -18,7 +18,7 @@ from memrl.experiment import (
     training_budget,
     use_engine,
 )
-from memrl_tuned_examples.search_agents import warm_start
+from memrl_tuned_examples.tasks.search import warm_start
 
 
 def _trajectory(reward: float, r_acc: float, failure: str | None = None) -> Trajectory:

@@ -40,13 +40,16 @@ def test_the_wheel_holds_memrls_names_only_and_its_package_data(wheel):
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == TOP_LEVEL
     assert "memrl/models/tiny_tokenizer.json" in names
-    shipped = {"memrl_envs/search.py", "memrl_tuned_examples/memagent_dapo.py", "memrl_benchmarks/runtime.py"}
+    shipped = {"memrl_envs/search.py", "memrl_tuned_examples/memagent_dapo.py", "memrl_tuned_examples/tasks/search.py",
+               "memrl_tuned_examples/warm_starts/memagent_sft.py", "memrl_tuned_examples/analyses/memalpha_eval.py",
+               "memrl_benchmarks/runtime.py"}
     assert shipped <= set(names)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     entries = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[memrl.plugins]\nmemrl_envs = memrl_envs" in entries
     assert "[console_scripts]\nmemrl = memrl.cli:main" in entries
     assert "memalpha_grpo = memrl_tuned_examples.memalpha_grpo:main" in entries
+    assert "memalpha_sft = memrl_tuned_examples.warm_starts.memalpha_sft:main" in entries
 
 
 EPISODES = """

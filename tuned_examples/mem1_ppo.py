@@ -5,8 +5,8 @@ CPU default:              python tuned_examples/mem1_ppo.py
 GPUs, the paper's preset: python tuned_examples/mem1_ppo.py --model /ckpt/Qwen2.5-7B --num-gpus 4 \\
                               --qa /data/hotpotqa_nq_2obj.jsonl --retriever http://127.0.0.1:8000/retrieve
 
-The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
-the CPU task of tuned_examples/search_agents.py (two questions per task, MEM1's summed exact match, 0-2), trains
+The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/warm_starts/search_sft.py)
+on the CPU task of tuned_examples/tasks/search.py (two questions per task, MEM1's summed exact match, 0-2), trains
 with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic learners (the critic starts from
 the warm-start's backbone), and evaluates on 2000 held-out tasks before and after. The policy is written to
 <out>/model.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from memrl_tuned_examples.search_agents import (
+from memrl_tuned_examples.tasks.search import (
     HELDOUT,
     MAX_TOKENS,
     env_config,

@@ -6,9 +6,9 @@ The ReAct baseline:       python tuned_examples/mem1_webshop_ppo.py --workflow w
 GPUs, the paper's preset: python tuned_examples/mem1_webshop_ppo.py --model /ckpt/Qwen2.5-7B --num-gpus 4 \\
                               [--data /data/webshop]
 
-The CPU default starts from the warm-start of the embedded tiny model that tuned_examples/webshop_sft.py builds, on
-the CPU task of tuned_examples/webshop_agents.py (the generated catalog, three products a page, ten turns, -1 for a
-reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic
+The CPU default starts from the warm-start of the embedded tiny model that tuned_examples/warm_starts/webshop_sft.py
+builds, on the CPU task of tuned_examples/tasks/webshop.py (the generated catalog, three products a page, ten turns, -1
+for a reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic
 learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
 trains the full-history ReAct baseline from its own warm-start with the same settings and budget (written to
 runs/mem1_webshop_ppo_react). --data points the GPU preset at the original WebShop files
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memrl.algorithms import PPOConfig
 from memrl.experiment import parser, run_example, size_for_gpus
-from memrl_tuned_examples.webshop_agents import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
+from memrl_tuned_examples.tasks.webshop import HELDOUT, MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 CPU_ITERATIONS = 25
 """Training iterations of the CPU default (about 40 s each)."""
@@ -81,7 +81,7 @@ def main() -> None:
     args = p.parse_args()
     if not args.num_gpus and not args.model and not (warm_start(args.workflow) / "config.json").is_file():
         p.error(f"the CPU default starts from {warm_start(args.workflow)}; build it first: "
-                f"python tuned_examples/webshop_sft.py --workflow {args.workflow}")
+                f"python tuned_examples/warm_starts/webshop_sft.py --workflow {args.workflow}")
     name = Path(__file__).stem + ("" if args.workflow == "webshop_mem1" else "_react")
     run_example(p, args, name, lambda: config(args.model, args.workflow),
                 lambda: paper_config(args.model, args.num_gpus, args.data, args.workflow), CPU_ITERATIONS)

@@ -6,11 +6,11 @@ GPUs, the paper's preset:    python tuned_examples/memagent_dapo.py --model /ckp
 The full-context baseline, the same RL:  python tuned_examples/memagent_dapo.py --workflow full_context
 
 The CPU default starts from the shipped warm-start of the embedded tiny model (built by
-`tuned_examples/memagent_sft.py` at 10 documents) on synthetic two-hop questions over 40 documents streamed in
-24-token chunks (4x the warm-start's length), trains with DAPO on vLLM engines and two DeepSpeed ZeRO-3 learners
+`tuned_examples/warm_starts/memagent_sft.py` at 10 documents) on synthetic two-hop questions over 40 documents streamed
+in 24-token chunks (4x the warm-start's length), trains with DAPO on vLLM engines and two DeepSpeed ZeRO-3 learners
 (each batch sampled one iteration ahead, while the learners train on the one before), and evaluates on 400 held-out
 tasks of 40 documents before and after (95% intervals of about +-0.048). The trained policy is written as a Hugging Face
-checkpoint to <out>/model, which `tuned_examples/memagent_eval.py` measures against longer documents.
+checkpoint to <out>/model, which `tuned_examples/analyses/memagent_eval.py` measures against longer documents.
 """
 
 from __future__ import annotations
@@ -19,32 +19,15 @@ from pathlib import Path
 
 from memrl.algorithms import DAPOConfig
 from memrl.experiment import parser, run_example, size_for_gpus
+from memrl_tuned_examples.tasks.memagent import (
+    BASELINE,
+    MEMORY_TOKENS,
+    NUM_DOCS,
+    RL_NUM_DOCS,
+    WARM_START,
+    cpu_task,
+)
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-"""Where the shipped warm-start checkpoints live (built by tuned_examples/memagent_sft.py)."""
-WARM_START = CHECKPOINTS / "memagent_sft"
-"""The MemAgent policy RL starts from on CPU machines."""
-BASELINE = CHECKPOINTS / "full_context_sft"
-"""The full-context baseline policy (same tiny model, trained to quote the facts it needs from the whole document,
-then answer)."""
-
-NUM_DOCS = 10
-"""Base length of the CPU task (1x): documents per context (one fact each, about 9 chunks). The warm-starts learn
-at this length, the full-context baseline's RL trains at it (its window holds no more), and the length evaluation's
-multiples refer to it."""
-RL_NUM_DOCS = 4 * NUM_DOCS
-"""Length the main job's RL trains at and its held-out score is measured at: 40 documents, 4x the warm-start's.
-At this length about four in ten of the warm-start's answers are wrong, and most of those failures are names lost
-while the memory is rewritten over about 36 calls, what a trajectory's reward can teach. From the shipped warm-start,
-RL here gains at 40 documents and at every longer length and stays within the interval at 10, while RL at 10
-documents loses at 10 and 80 (figures in the README)."""
-CHUNK_TOKENS = 24
-"""Tokens per chunk on CPU: one document of up to 13 tokens, two when both are short."""
-MEMORY_TOKENS = 32
-"""Memory cap on CPU: room for the two gold facts."""
-BASELINE_WINDOW = 320
-"""Context window of the full-context baseline on CPU: holds the prompt with a 1x document (about 255 tokens in
-all); at 2x the document's end is cut."""
 CPU_ITERATIONS = 24
 """DAPO iterations of the CPU default (one optimizer step each; about 38 s each at RL_NUM_DOCS)."""
 CPU_LR = 1e-4
@@ -53,20 +36,6 @@ CPU_LR = 1e-4
 PAPER = {"group_size": 16, "lr": 1e-6, "chunk_tokens": 5000, "memory_tokens": 1024, "window_tokens": 8192,
          "kl_coef": 1e-3, "clip_low": 0.2, "clip_high": 0.28}
 """MemAgent's published training settings (paper, section 4.1 and appendix A)."""
-
-
-def cpu_task(workflow: str, tokenizer_path: str, num_docs: int | tuple[int, ...] = NUM_DOCS) -> tuple[dict, dict]:
-    """(env_config, workflow_config) of the CPU task for the "memagent" or "full_context" workflow; a tuple of
-    `num_docs` draws one length per question."""
-    # Numbering starts at a per-task random number: a document's number must not tell where it sits in the
-    # context, or a policy trained on 10 documents learns "Document 9 is near the end" and fails on longer ones.
-    env_config = {"task": "multihop", "num_docs": num_docs, "chunk_tokens": CHUNK_TOKENS, "first_doc_number": None,
-                  "tokenizer_path": str(tokenizer_path)}
-    if workflow == "memagent":
-        return env_config, {"memory_tokens": MEMORY_TOKENS}
-    if workflow == "full_context":
-        return {**env_config, "stream": False}, {"max_context_tokens": BASELINE_WINDOW}
-    raise ValueError(f"cpu_task: workflow={workflow!r} is not allowed; choose 'memagent' or 'full_context'")
 
 
 def config(model: str | Path = WARM_START, workflow: str = "memagent", num_docs: int | None = None,

@@ -5,8 +5,8 @@ CPU default:              python tuned_examples/mempo_grpo.py
 GPUs, the paper's preset: python tuned_examples/mempo_grpo.py --model /ckpt/Qwen2.5-7B-Instruct --num-gpus 8 \\
                               --qa /data/hotpotqa_nq_2obj.jsonl --retriever http://127.0.0.1:8000/retrieve
 
-The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
-the CPU task of tuned_examples/search_agents.py (two questions per task over the synthetic encyclopedia), trains
+The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/warm_starts/search_sft.py)
+on the CPU task of tuned_examples/tasks/search.py (two questions per task over the synthetic encyclopedia), trains
 with MemPO on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates on 2000 held-out tasks before and
 after. The CPU reward is MEM1's summed exact match (0-2 per task): the tiny warm-start answers both questions
 too rarely for MemPO's all-or-nothing answer-and-format reward, which the GPU preset keeps, to give a group
@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import MemPOConfig
-from memrl_tuned_examples.search_agents import (
+from memrl_tuned_examples.tasks.search import (
     HELDOUT,
     MAX_TOKENS,
     env_config,

@@ -5,8 +5,8 @@ CPU default:              python tuned_examples/memsearcher_grpo.py
 GPUs, the paper's preset: python tuned_examples/memsearcher_grpo.py --model /ckpt/Qwen2.5-7B-Instruct --num-gpus 8 \\
                               --qa /data/nq_hotpotqa_train.jsonl --retriever http://127.0.0.1:8000/retrieve
 
-The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/search_sft.py) on
-the CPU task of tuned_examples/search_agents.py (two questions per task), rewards MemSearcher's F1 (0.1 for a
+The CPU default starts from the shipped warm-start of the embedded tiny model (tuned_examples/warm_starts/search_sft.py)
+on the CPU task of tuned_examples/tasks/search.py (two questions per task), rewards MemSearcher's F1 (0.1 for a
 well-formed episode whose answers miss), trains on a vLLM engine and two DeepSpeed ZeRO-3 learners, and evaluates
 on 2000 held-out tasks before and after. The policy is written to <out>/model.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import GRPOConfig
-from memrl_tuned_examples.search_agents import (
+from memrl_tuned_examples.tasks.search import (
     HELDOUT,
     MAX_TOKENS,
     env_config,

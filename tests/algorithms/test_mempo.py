@@ -14,7 +14,7 @@ from memrl.learner.advantages import memory_rewards
 from memrl.learner.batching import pad_rows
 from memrl.learner.rows import build_rows
 from memrl.workflows.search import PASSAGE, MemPOWorkflow
-from memrl_tuned_examples.search_agents import env_config, workflow_config
+from memrl_tuned_examples.tasks.search import env_config, workflow_config
 
 
 def test_memory_reward_is_the_gain_in_geometric_mean_probability():
@@ -146,7 +146,7 @@ def test_mempo_iteration_from_the_warm_start(ray_session):
     """A real MemPO iteration: the warm-start writes <mem> blocks, the runners attach probes, the learners score them
     and train on stitched rows."""
     from memrl.algorithms import MemPOConfig
-    from memrl_tuned_examples.search_agents import MAX_TOKENS
+    from memrl_tuned_examples.tasks.search import MAX_TOKENS
 
     algo = (MemPOConfig()
             .environment("memrl/Search-v0", env_config={**env_config(), "reward": "answer_format"})

@@ -19,7 +19,7 @@ from memrl.workflows.search_prompts import (
     REACT_TEMPLATE,
     TOOL_RESPONSE,
 )
-from memrl_tuned_examples.search_agents import warm_start
+from memrl_tuned_examples.tasks.search import warm_start
 
 CONFIGS = {
     "mem1": {"memory_tokens": 128},

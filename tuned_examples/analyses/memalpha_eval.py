@@ -2,8 +2,8 @@
 policy, its warm-start, the flat-memory baselines and the baselines without a memory, on the same held-out tasks,
 and accuracy as the stream grows past the training length.
 
-    python tuned_examples/memalpha_eval.py                 # after tuned_examples/memalpha_grpo.py [--writer W]
-    python tuned_examples/memalpha_eval.py --policy runs/memalpha_grpo/model --multipliers 1 4 8 13
+    python tuned_examples/analyses/memalpha_eval.py  # after tuned_examples/memalpha_grpo.py [--writer W]
+    python tuned_examples/analyses/memalpha_eval.py --policy runs/memalpha_grpo/model --multipliers 1 4 8 13
 
 Every policy meets the same held-out tasks of each category (the CPU task of tuned_examples/memalpha_grpo.py) and
 the same frozen answerer (the shipped CPU answerer): the Mem-α policies build a memory with tool calls that the
@@ -30,7 +30,7 @@ import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from memrl_envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
 from memrl.experiment import RUNS, budget_table, heldout_summary, init_ray, trained_policy
-from memrl_tuned_examples.memalpha_grpo import (
+from memrl_tuned_examples.tasks.memalpha import (
     ANSWER_MEMORIES,
     ANSWERER,
     ANSWERER_CHECKPOINT,

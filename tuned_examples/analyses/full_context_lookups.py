@@ -1,7 +1,7 @@
 """Where the full-context baseline goes wrong: each lookup of its reply scored on its own, against guessing.
 
-    python tuned_examples/full_context_lookups.py                       # the shipped baseline, 2 to 10 documents
-    python tuned_examples/full_context_lookups.py --checkpoint runs/deep/full_context_8_layers_sft
+    python tuned_examples/analyses/full_context_lookups.py  # the shipped baseline, 2 to 10 documents
+    python tuned_examples/analyses/full_context_lookups.py --checkpoint runs/deep/full_context_8_layers_sft
 
 The baseline answers "Where was the employer of X born?" in one call by quoting two facts, "X works for Y." (the
 first lookup: Y, found by X, which the question names) and "Y was born in Z." (the second: Z, found by Y, which only
@@ -31,7 +31,7 @@ from memrl.algorithms.sft import expert_episodes
 from memrl.seeds import heldout_env_seeds
 from memrl.stats import wilson_interval
 from memrl.experiment import RUNS, require_checkpoint
-from memrl_tuned_examples.memagent_dapo import BASELINE, NUM_DOCS, cpu_task
+from memrl_tuned_examples.tasks.memagent import BASELINE, NUM_DOCS, cpu_task
 
 LENGTHS = (2, 4, 6, 8, NUM_DOCS)
 """Documents per question: the lengths the baseline was trained on, all inside its window."""

@@ -1,10 +1,10 @@
 """Build the checkpoints the Mem-α example ships: SFT of the embedded tiny model on the scripted expert.
 
-    python tuned_examples/memalpha_sft.py --role base              # writes and answers (what the others start from)
-    python tuned_examples/memalpha_sft.py                          # the policy's warm-start, from the base
-    python tuned_examples/memalpha_sft.py --role answerer          # the frozen CPU answerer, from the base
-    python tuned_examples/memalpha_sft.py --role memagent          # a flat-memory baseline's warm-start (or mem1)
-    python tuned_examples/memalpha_sft.py --steps 20 --out /tmp/x  # a short run, e.g. to try a change
+    python tuned_examples/warm_starts/memalpha_sft.py --role base  # writes and answers (what the others start from)
+    python tuned_examples/warm_starts/memalpha_sft.py  # the policy's warm-start, from the base
+    python tuned_examples/warm_starts/memalpha_sft.py --role answerer  # the frozen CPU answerer, from the base
+    python tuned_examples/warm_starts/memalpha_sft.py --role memagent  # a flat-memory baseline's warm-start (or mem1)
+    python tuned_examples/warm_starts/memalpha_sft.py --steps 20 --out /tmp/x  # a short run, e.g. to try a change
 
 The expert episodes are those of the CPU task of tuned_examples/memalpha_grpo.py. For the base the policy answers
 (answerer="policy"): each chunk's row is the expert's tool calls for it (facts as semantic items, the rules of a
@@ -35,7 +35,7 @@ from pathlib import Path
 from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
 from memrl.experiment import default_model
-from memrl_tuned_examples.memalpha_grpo import (
+from memrl_tuned_examples.tasks.memalpha import (
     ANSWER_MEMORIES,
     ANSWERER_CHECKPOINT,
     BASE_CHECKPOINT,

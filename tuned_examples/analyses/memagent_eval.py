@@ -1,7 +1,7 @@
 """Accuracy vs context length for MemAgent (the trained policy and its warm-start) and the full-context baseline.
 
-    python tuned_examples/memagent_eval.py                    # after tuned_examples/memagent_dapo.py
-    python tuned_examples/memagent_eval.py --policy runs/memagent_dapo/model --multipliers 1 2 4 8 16
+    python tuned_examples/analyses/memagent_eval.py  # after tuned_examples/memagent_dapo.py
+    python tuned_examples/analyses/memagent_eval.py --policy runs/memagent_dapo/model --multipliers 1 2 4 8 16
 
 Every policy answers the same held-out questions at each length (the generator keeps a question and its gold
 facts and adds distractor documents as the length grows). Per policy and length: exact-match accuracy with its
@@ -15,7 +15,7 @@ Greedy by default. With --samples K --temperature T every policy answers each qu
 RL trains on): accuracy is then the mean over the K answers, and the table adds pass@K (any answer right) and
 all-K-right, each with its interval and its change against the warm-start:
 
-    python tuned_examples/memagent_eval.py --multipliers 1 --num-tasks 500 --samples 4 --temperature 1
+    python tuned_examples/analyses/memagent_eval.py --multipliers 1 --num-tasks 500 --samples 4 --temperature 1
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import memrl_envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import check_sampling, evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval, per_task_of_k, task_rewards
 from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
-from memrl_tuned_examples.memagent_dapo import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
+from memrl_tuned_examples.tasks.memagent import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
 """Document lengths, as multiples of NUM_DOCS (the length the warm-starts learnt at; the main job's RL trains at 4x)."""

@@ -1,9 +1,10 @@
 """MEM1's WebShop table in shape (paper, Table 2): reward and cost of MEM1 against the ReAct baselines.
 
-    python tuned_examples/webshop_eval.py          # RL policies of mem1_webshop_ppo.py where trained, else warm-starts
-    python tuned_examples/webshop_eval.py --policy MEM1=runs/mem1_webshop_ppo/model:webshop_mem1 --num-tasks 200
+    python tuned_examples/analyses/webshop_eval.py  # RL policies of mem1_webshop_ppo.py where trained, else warm-starts
+    python tuned_examples/analyses/webshop_eval.py --policy MEM1=runs/mem1_webshop_ppo/model:webshop_mem1 --num-tasks
+    200
 
-Per policy, greedy on held-out tasks of the test goals (the CPU task of tuned_examples/webshop_agents.py): average
+Per policy, greedy on held-out tasks of the test goals (the CPU task of tuned_examples/tasks/webshop.py): average
 final reward with its 95% interval, success rate (reward 1) with its Wilson interval, peak tokens per call (mean over
 tasks of each task's largest call, and the largest of all), dependency (the tokens each generated token depends on,
 summed over a task), calls and seconds per task (batched, one engine). A second table gives the peak tokens per call
@@ -23,7 +24,7 @@ import numpy as np
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
 from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
-from memrl_tuned_examples.webshop_agents import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
+from memrl_tuned_examples.tasks.webshop import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
            "webshop_react": RUNS / "mem1_webshop_ppo_react" / "model"}
@@ -149,7 +150,7 @@ def main() -> None:
     args = p.parse_args()
     policies = args.policy or default_policies()
     if not policies:
-        p.error("no policy found: build the warm-starts (tuned_examples/webshop_sft.py) or pass --policy")
+        p.error("no policy found: build the warm-starts (tuned_examples/warm_starts/webshop_sft.py) or pass --policy")
     init_ray(0)
     result = run(policies, args.num_tasks, args.engine, args.out)
     print(markdown(result["rows"]))

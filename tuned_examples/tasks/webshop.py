@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memrl_tuned_examples.tasks import CHECKPOINTS
+
 PAGE_SIZE = 3
 """Products per result page on the CPU task (the original shows 10)."""
 MAX_TURNS = 10
@@ -29,8 +31,6 @@ HELDOUT_TASKS = 500
 """Held-out goals: the test split (the first 500 in the original order)."""
 HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_runner": HELDOUT_TASKS // 2}
 """Evaluation settings: every held-out goal in flight at once over two env runners."""
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-"""Where the warm-starts live (tuned_examples/webshop_sft.py writes them): <workflow>_sft."""
 WORKFLOWS = ("webshop_mem1", "webshop_react", "webshop_react_truncated")
 
 

@@ -1,11 +1,11 @@
 """Build the warm-starts the WebShop examples start RL from: SFT of the embedded tiny model, first on in-context
-copying (memrl/Copy-v0), then on the scripted expert of the CPU task (tuned_examples/webshop_agents.py), one
+copying (memrl/Copy-v0), then on the scripted expert of the CPU task (tuned_examples/tasks/webshop.py), one
 checkpoint per workflow.
 
-    python tuned_examples/webshop_sft.py --workflow copying          # the copying stage both warm-starts start from
-    python tuned_examples/webshop_sft.py --workflow webshop_mem1     # MEM1's warm-start on WebShop
-    python tuned_examples/webshop_sft.py --workflow webshop_react    # the ReAct baselines' warm-start
-    python tuned_examples/webshop_sft.py --workflow webshop_mem1 --steps 20 --out /tmp/x   # a short try
+    python tuned_examples/warm_starts/webshop_sft.py --workflow copying  # the copying stage both warm-starts start from
+    python tuned_examples/warm_starts/webshop_sft.py --workflow webshop_mem1  # MEM1's warm-start on WebShop
+    python tuned_examples/warm_starts/webshop_sft.py --workflow webshop_react  # the ReAct baselines' warm-start
+    python tuned_examples/warm_starts/webshop_sft.py --workflow webshop_mem1 --steps 20 --out /tmp/x  # a short try
 
 Every WebShop action copies from the page: a product id (ten random characters), an option value, the goal's
 words. The tiny model learns copying slowly from the few such characters in WebShop's expert episodes (800 steps of
@@ -27,7 +27,7 @@ from pathlib import Path
 from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
 from memrl.experiment import RUNS, default_model
-from memrl_tuned_examples.webshop_agents import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
+from memrl_tuned_examples.tasks.webshop import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
 
 EXPERT_RECALL = 0.5
 """Share of the goal's options the imitated expert chooses."""
@@ -72,7 +72,7 @@ def build(workflow: str, out: Path, steps: int = STEPS, num_train_tasks: int = N
     init = Path(init or COPYING)
     if not (init / "config.json").exists():
         raise FileNotFoundError(f"{init} holds no checkpoint; build the copying stage first: python "
-                                "tuned_examples/webshop_sft.py --workflow copying")
+                                "tuned_examples/warm_starts/webshop_sft.py --workflow copying")
     config = (SFTConfig()
               .environment("memrl/WebShop-v0", env_config=env_config("train", recall))
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow),

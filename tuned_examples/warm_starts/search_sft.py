@@ -1,12 +1,12 @@
 """Build the warm-starts the search-agent examples start RL from: SFT of the embedded tiny model on the scripted
-expert of the CPU task (tuned_examples/search_agents.py), one checkpoint per workflow.
+expert of the CPU task (tuned_examples/tasks/search.py), one checkpoint per workflow.
 
-    python tuned_examples/search_sft.py --workflow mempo            # what is shipped for MemPO
-    python tuned_examples/search_sft.py --workflow mempo --multi    # its Table-1 version: 1, 2, 4 and 8 questions
-    python tuned_examples/search_sft.py --workflow mem1 --steps 20 --out /tmp/x   # a short try
-    python tuned_examples/search_sft.py --workflow react --steps 400 --objectives 1 2 3 4 \
+    python tuned_examples/warm_starts/search_sft.py --workflow mempo  # what is shipped for MemPO
+    python tuned_examples/warm_starts/search_sft.py --workflow mempo --multi  # for Table 1: 1, 2, 4 and 8 questions
+    python tuned_examples/warm_starts/search_sft.py --workflow mem1 --steps 20 --out /tmp/x  # a short try
+    python tuned_examples/warm_starts/search_sft.py --workflow react --steps 400 --objectives 1 2 3 4 \
         --init tuned_examples/checkpoints/react_search_sft --out runs/mixed     # one stage on mixed task sizes
-    python tuned_examples/search_sft.py --workflow mem1 --steps 600 --objectives 1 2 4 8 --expert-notes \
+    python tuned_examples/warm_starts/search_sft.py --workflow mem1 --steps 600 --objectives 1 2 4 8 --expert-notes \
         --table-task --init tuned_examples/checkpoints/mem1_search_sft --out runs/short   # a third of --multi's stage
 
 A full build runs the workflow's STAGES in order, each continuing from the last one's weights with a fresh
@@ -25,7 +25,7 @@ from pathlib import Path
 from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
 from memrl.experiment import RUNS, default_model
-from memrl_tuned_examples.search_agents import (
+from memrl_tuned_examples.tasks.search import (
     CHECKPOINTS,
     NUM_OBJECTIVES,
     env_config,

@@ -1,5 +1,5 @@
-"""The search-agent examples: the CPU task, the MemPO presets, the warm-start build's short form and the Table-1
-evaluation, run for real on small sizes."""
+"""The search-agent examples (MEM1, MemSearcher, MemPO) and their CPU task: the paper presets, the experts within
+the task's limits, and short runs of the CPU defaults."""
 
 import json
 
@@ -7,12 +7,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from memrl_envs.search import SearchEnv
-from memrl.checkpoints import portable
-from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.workflows import workflow_class
-from memrl_tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo, search_eval, search_sft
 from memrl.experiment import train
-from memrl_tuned_examples.search_agents import MAX_TOKENS, env_config, table_env_config, warm_start, workflow_config
+from memrl_tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo
+from memrl_tuned_examples.warm_starts import search_sft
+from memrl_tuned_examples.tasks.search import MAX_TOKENS, env_config, table_env_config, workflow_config
+
 
 WORKFLOWS = ("mem1", "memsearcher", "mempo", "react", "react_truncated")
 
@@ -100,79 +100,6 @@ def test_gpu_runs_need_a_model(example, monkeypatch, capsys):
 def test_cpu_task_names_bad_workflows():
     with pytest.raises(ValueError, match="workflow='memagent' is not allowed"):
         workflow_config("memagent")
-
-
-@pytest.mark.slow
-def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # earlier stages go under runs/
-    stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6, objectives=(1, 3)))
-    summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=4)
-    written = json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())
-    config = written["config"]
-    assert config["env_runners"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
-    # The second stage continues from the first one's weights, on more episodes.
-    (first,) = written["earlier_stages"]
-    assert first["final"]["step"] == 2 and first["config"]["training"]["num_train_tasks"] == 4
-    assert config["learners"]["model_path"] == first["out"]
-    assert config["training"]["num_train_tasks"] == 6
-    # ... and mixes one- and three-question episodes, each with the CPU task's turn budget for its size.
-    assert first["config"]["training"]["task_options"] == []
-    assert first["config"]["environment"]["env_config"]["num_objectives"] == 2
-    assert config["environment"]["env_config"]["num_objectives"] == 3
-    assert config["training"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
-                                                  {"num_objectives": 3, "max_turns": 8}]
-    # --multi's build goes on from a finished warm-start and keeps all its stages.
-    multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
-                                   stage=search_sft.Stage(1, 4, (1, 4), expert_notes=True), base=tmp_path / "mempo")
-    assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == portable(multi)  # paths under the cwd
-    assert multi["out"] == str(tmp_path / "multi") and portable(multi)["out"] == "multi"
-    assert multi["config"]["learners"]["model_path"] == str((tmp_path / "mempo").resolve())
-    assert [s["final"]["step"] for s in multi["earlier_stages"]] == [2, 1]
-    assert [o["num_objectives"] for o in multi["config"]["training"]["task_options"]] == [1, 4]
-    assert multi["config"]["environment"]["env_config"]["expert_notes"] is True  # the expert keeps per-question notes
-    assert "expert_notes" not in config["environment"]["env_config"]
-
-
-def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # no RL runs here
-    policies = search_eval.default_policies()
-    assert [(name, workflow) for name, _, workflow in policies] == [
-        ("MEM1", "mem1"), ("MemSearcher", "memsearcher"), ("MemPO", "mempo"), ("ReAct", "react"),
-        ("ReAct (truncated)", "react_truncated")]
-    for _, path, workflow in policies:
-        assert path == warm_start(workflow.removesuffix("_truncated"), multi=True)
-        summary = json.loads((path / SUMMARY_FILE).read_text())
-        assert [o["num_objectives"] for o in summary["config"]["training"]["task_options"]] == [1, 2, 4, 8]
-        assert summary["earlier_stages"]  # it went on from the two-question warm-start
-    # The memory agents and the ReAct baselines they are compared with went through the same multi-count stage: steps x
-    # batch, episodes and schedule.
-    multi = search_sft.MULTI
-    for workflow in ("mem1", "mempo", "memsearcher", "react"):
-        train = json.loads((warm_start(workflow, multi=True) / SUMMARY_FILE).read_text())["config"]["training"]
-        assert (train["steps"], train["batch_size"], train["num_train_tasks"], train["lr_schedule"]) == \
-            (multi.steps, 32, multi.num_train_tasks, multi.lr_schedule)
-        assert train["lr_decay_steps"] == multi.steps
-
-
-@pytest.mark.slow
-def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
-    policies = [("MEM1", tiny_checkpoint, "mem1"), ("ReAct", tiny_checkpoint, "react")]
-    result = search_eval.run(policies, [1, 2], num_tasks=3, engine="torch", out=tmp_path)
-    rows = result["rows"]
-    assert [(r["policy"], r["objectives"]) for r in rows] == [("MEM1", 1), ("MEM1", 2), ("ReAct", 1), ("ReAct", 2)]
-    for r in rows:
-        assert r["num_tasks"] == 3 and 0 <= r["em_ci_low"] <= r["em"] <= r["em_ci_high"] <= 1
-        assert r["peak_tokens"] <= r["peak_tokens_max"] and r["dependency"] > 0 and r["seconds_per_task"] > 0
-        assert r["context_overflow"] == 0.0  # two questions fit the tiny model's 4096 positions
-    assert list(result["react_peak_ratio"]) == ["MEM1 @ 2"]
-    assert list(result["peak_growth"]) == ["MEM1 1 -> 2", "ReAct 1 -> 2"]
-    assert result["peak_growth"]["ReAct 1 -> 2"] == rows[3]["peak_tokens"] / rows[2]["peak_tokens"]
-    table, budgets = (tmp_path / "search_table.md").read_text().split("\n\n")
-    assert table.count("\n") == 2 + len(rows) - 1
-    # Then what each policy was trained with (a freshly built model: nothing recorded).
-    assert budgets.splitlines()[2:] == ["| MEM1 | not recorded |", "| ReAct | not recorded |"]
-    assert result["budgets"] == {"MEM1": "not recorded", "ReAct": "not recorded"}
-    assert (tmp_path / "search_table.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
 """Build the warm-start checkpoints the MemAgent example ships: SFT of the embedded tiny model on scripted experts.
 
-    python tuned_examples/memagent_sft.py                          # both, in full (what is shipped)
-    python tuned_examples/memagent_sft.py --workflow memagent      # only the MemAgent policy
-    python tuned_examples/memagent_sft.py --steps 20 --out /tmp/x  # one short stage, e.g. to try a change
-    python tuned_examples/memagent_sft.py --workflow full_context --layers 8 --out runs/deep  # an 8-block baseline
+    python tuned_examples/warm_starts/memagent_sft.py  # both, in full (what is shipped)
+    python tuned_examples/warm_starts/memagent_sft.py --workflow memagent  # only the MemAgent policy
+    python tuned_examples/warm_starts/memagent_sft.py --steps 20 --out /tmp/x  # one short stage, e.g. to try a change
+    python tuned_examples/warm_starts/memagent_sft.py --workflow full_context --layers 8 --out runs/deep  # 8 blocks
 
 `memagent` (what RL starts from) learns MemAgent's calls on the CPU task: copy the question's relevant facts
 from each chunk into the memory, then answer from memory. `full_context` (the baseline of the length
@@ -21,7 +21,7 @@ from pathlib import Path
 from memrl.algorithms import sft
 from memrl.algorithms.sft import SFTConfig
 from memrl.experiment import RUNS, default_model
-from memrl_tuned_examples.memagent_dapo import CHECKPOINTS, NUM_DOCS, cpu_task
+from memrl_tuned_examples.tasks.memagent import CHECKPOINTS, NUM_DOCS, cpu_task
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ The full-context baseline's one-pass lookup blurs as the documents it chooses am
 of its expert reply: quoting the facts after a lead-in (memrl_envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names
 keep their document tokens; answering without quoting, a start from the MemAgent warm-start, a higher rate, a wider
 model and one of twice the depth (`--layers 8`) did not help. Scored lookup by lookup on the expert's reply
-(tuned_examples/full_context_lookups.py), it finds the employer and picks the employer's city no better than guessing
-among the "was born in" cities after the employer's document. Each stage's figures are in the README and in the
+(tuned_examples/analyses/full_context_lookups.py), it finds the employer and picks the employer's city no better than
+guessing among the "was born in" cities after the employer's document. Each stage's figures are in the README and in the
 build's sft_summary.json; greedy accuracy on 200 questions swings between evaluations 40 steps apart, so the
 summary's last point is a noisy reading of the build."""
 

@@ -5,9 +5,9 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from memrl_tuned_examples import full_context_lookups
-from memrl_tuned_examples.full_context_lookups import guessing, lookup_positions
-from memrl_tuned_examples.memagent_dapo import BASELINE
+from memrl_tuned_examples.analyses import full_context_lookups
+from memrl_tuned_examples.analyses.full_context_lookups import guessing, lookup_positions
+from memrl_tuned_examples.tasks.memagent import BASELINE
 
 CONTEXT = ("Document 7: Kema was born in Selby.\nDocument 8: Nirel works for Memia.\nDocument 9: Memia was born in "
            "Rolby.\nDocument 10: Pasis was born in Tanby.")

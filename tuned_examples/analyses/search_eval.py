@@ -1,10 +1,10 @@
 """MEM1's Table 1 for the search agents: accuracy and cost against the number of questions per task.
 
-    python tuned_examples/search_eval.py                       # the shipped policies (and RL runs), 1-16 objectives
-    python tuned_examples/search_eval.py --policy MemPO=runs/mempo_grpo/model:mempo --objectives 1 2 4
+    python tuned_examples/analyses/search_eval.py  # the shipped policies (and RL runs), 1-16 objectives
+    python tuned_examples/analyses/search_eval.py --policy MemPO=runs/mempo_grpo/model:mempo --objectives 1 2 4
 
 Per policy and number of objectives N (tasks of N one-hop questions, `table_env_config` of the CPU task in
-tuned_examples/search_agents.py, with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95%
+tuned_examples/tasks/search.py, with 2N + 2 turns): exact match and F1 (means over questions, with EM's 95%
 interval over tasks), peak tokens per call (mean over tasks of each task's largest call, and the largest of all),
 dependency (MEM1's measure of the tokens each generated token depends on, summed over a task), the share of tasks
 whose history outgrew the model's context (a full-history baseline at large N) and seconds per task (greedy,
@@ -22,7 +22,7 @@ from pathlib import Path
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
 from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
-from memrl_tuned_examples.search_agents import MAX_TOKENS, table_env_config, warm_start, workflow_config
+from memrl_tuned_examples.tasks.search import MAX_TOKENS, table_env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
 """Questions per task, as in MEM1's Table 1."""

@@ -14,6 +14,7 @@ from typing import Callable
 from memrl_envs.search import load_questions
 from memrl.config import AlgorithmConfig
 from memrl.experiment import parser, run_example, size_for_gpus
+from memrl_tuned_examples.tasks import CHECKPOINTS
 
 NUM_OBJECTIVES = 2
 """Questions per training task."""
@@ -44,8 +45,6 @@ HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_r
 """Their evaluation settings: every held-out task in flight at once over the CPU defaults' two env runners (about
 twice as fast as 32 at a time)."""
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-"""Where the shipped warm-starts live: <workflow>_search_sft."""
 
 
 def env_config(num_objectives: int = NUM_OBJECTIVES) -> dict:
