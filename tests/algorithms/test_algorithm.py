@@ -202,10 +202,11 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
 
 
 def _slow_steps(checkpoint) -> DAPOConfig:
-    """Echo steps of 0.15 s: a runner steps its envs one after another, so sampling an iteration's 12 episodes of 2
-    steps takes about 2 s, and a fault injected half a second into an iteration lands while episodes are running."""
+    """Echo steps of 0.1 s: a runner steps its envs one after another, so sampling an iteration's 12 episodes of 2
+    steps takes at least 1.2 s, and a fault injected half a second into an iteration lands while episodes are
+    running."""
     return _config(checkpoint, "torch").environment(
-        env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.15})
+        env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.1})
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +283,7 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
     algo = _slow_steps(tiny_checkpoint).fault_tolerance(
         checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=1,
-        learner_timeout_s=20, max_actor_failures=5).build()
+        learner_timeout_s=12, max_actor_failures=5).build()
     results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
     out = {}

@@ -7,6 +7,7 @@ import ray
 
 from memrl.algorithms import DAPOConfig
 from memrl.algorithms.prefetch import load_batches
+from memrl.algorithms.trainer import FAILURE_COUNTERS
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     # A checkpoint after two iterations keeps the batch sampled for the third; the run goes on as if it had not saved.
     path = algo.save_to_path(tmp_path / "ckpt")
     assert list(load_batches(path)) == [2]
-    straight.append(algo.train())
+    straight += [algo.train(), algo.train()]
     for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
         ray.kill(actor)
     algo.learner_group.shutdown()
@@ -65,15 +66,32 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     assert first["is_weight_mean"] == pytest.approx(1.0, abs=1e-3)  # same weights: engine and learner agree
     assert 0 <= straight[0]["timers"]["outside_model_fraction"] < 1
 
-    # After every actor was killed, the restored run trains the batch sampled ahead and goes on exactly.
+    # After every actor was killed, the restored run trains the batch sampled ahead and goes on exactly. Its engine
+    # dies while the learners train on batch 3 and batch 4 is sampled ahead: the new engine gets the weights batch 4
+    # was meant for (learner rank 0's copy), so batch 4 and the run's figures are the uninterrupted ones, not those of
+    # weights one step on.
     algo = _config(tiny_checkpoint).build()
     algo.restore_from_path(path)
-    resumed = algo.train()
+    learn = algo._learn
+
+    def engine_dies_while_the_next_batch_is_sampled(kept):
+        algo._learn = learn
+        ray.kill(algo.engines[0], no_restart=True)
+        return learn(kept)
+
+    algo._learn = engine_dies_while_the_next_batch_is_sampled
+    resumed = [algo.train(), algo.train()]
     algo.stop()
-    assert resumed["counters"] == straight[2]["counters"]
-    g, w = _figures(resumed), _figures(straight[2])
-    for k in g:
-        assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    for got, want in zip(resumed, straight[2:]):
+        assert got["counters"]["engine_restarts"] == 1
+        # Beside the fault's own counters, only the tasks submitted may differ: a failed round's are submitted again.
+        faulty = {*FAILURE_COUNTERS, "tasks_submitted"}
+        assert got["counters"]["tasks_submitted"] >= want["counters"]["tasks_submitted"]
+        kept = {k: v for k, v in got["counters"].items() if k not in faulty}
+        assert kept == {k: v for k, v in want["counters"].items() if k not in faulty}
+        g, w = _figures(got), _figures(want)
+        for k in g:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
 
     # A synchronous run restored from it does not train on the batch sampled a version ago: dropped and counted.
     algo = _config(tiny_checkpoint, max_staleness=0).build()
@@ -85,38 +103,15 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     assert counters["trajectories_trained"] == 2 * TRAJECTORIES and counters["trajectories_prefetched"] == 0
     assert result["off_policy"]["staleness_1"] == 2 * TRAJECTORIES
 
-    # An engine dies while the learners train on batch 2 and batch 3 is sampled ahead: the new engine gets the
-    # weights batch 3 was meant for (learner rank 0's copy), so batch 3 and the run's figures are the uninterrupted
-    # ones, not those of weights one step on.
-    algo = _config(tiny_checkpoint).build()
-    faulty = [algo.train()]
-    learn = algo._learn
-
-    def engine_dies_while_the_next_batch_is_sampled(kept):
-        algo._learn = learn
-        ray.kill(algo.engines[0], no_restart=True)
-        return learn(kept)
-
-    algo._learn = engine_dies_while_the_next_batch_is_sampled
-    faulty += [algo.train(), algo.train()]
-    algo.stop()
-    assert [r["counters"]["engine_restarts"] for r in faulty] == [0, 1, 1]
-    for got, want in zip(faulty, straight):
-        assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
-        assert got["counters"]["trajectories_prefetched"] == want["counters"]["trajectories_prefetched"]
-        g, w = _figures(got), _figures(want)
-        for k in g:
-            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
-
 
 def _staleness(result: dict) -> list[int]:
     return sorted(int(k.removeprefix("staleness_")) for k in result["off_policy"] if k.startswith("staleness_"))
 
 
 def test_two_batches_ahead_with_partial_rollouts_mix_versions_within_the_bound(ray_session, tiny_checkpoint):
-    # Slow env steps: sampling a batch (about 4 s) outlasts a learner step (under 1 s), so broadcasts land while
+    # Slow env steps: sampling a batch (about 2 s) outlasts a learner step (well under 1 s), so broadcasts land while
     # episodes are in flight.
-    env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.2}
+    env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.1}
     algo = _config(tiny_checkpoint, max_staleness=2, env_config=env_config).training(partial_rollouts=True).build()
     results = [algo.train() for _ in range(4)]
     algo.stop()

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from memrl_envs.webshop import WebShopEnv
 from memrl.workflows import workflow_class
-from memrl.experiment import train
+from memrl.experiment import train, use_engine
 from memrl_tuned_examples import mem1_webshop_ppo
 from memrl_tuned_examples.tasks.webshop import (
     MAX_TOKENS,
@@ -94,13 +94,17 @@ def test_the_cpu_default_names_the_warm_start_to_build(monkeypatch, capsys, tmp_
 
 @pytest.mark.slow
 def test_short_run_of_the_cpu_default(ray_session, tmp_path):
-    cfg = (mem1_webshop_ppo.config()
+    # On the torch engine and one learner: the example's env, workflow, reward and evaluation are the point here;
+    # vLLM serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's
+    # and tests/algorithms'.
+    cfg = (use_engine(mem1_webshop_ppo.config(), "torch")
            .env_runners(num_envs_per_env_runner=4)
+           .learners(num_learners=1)
            .training(tasks_per_iteration=4)
-           .evaluation(evaluation_num_tasks=16, evaluation_num_envs_per_env_runner=8))
+           .evaluation(evaluation_num_tasks=8, evaluation_num_envs_per_env_runner=8))
     summary = train(cfg, iterations=2, out=tmp_path)
     assert len(summary["reward_per_iteration"]) == 2
     # The shipped warm-start already shops before any RL: it writes its actions and earns reward on held-out goals.
     assert summary["eval_before"]["format_ok_mean"] > 0.5 and summary["eval_before"]["reward_mean"] > 0.1
-    assert summary["eval_after"]["num_tasks"] == 16
+    assert summary["eval_after"]["num_tasks"] == 8
     assert (tmp_path / "model" / "config.json").is_file()

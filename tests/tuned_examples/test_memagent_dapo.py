@@ -7,7 +7,7 @@ import re
 import pytest
 from transformers import AutoModelForCausalLM
 
-from memrl.experiment import train, training_budget
+from memrl.experiment import train, training_budget, use_engine
 from memrl_tuned_examples import memagent_dapo
 from memrl_tuned_examples.memagent_dapo import PAPER, config, paper_config
 from memrl_tuned_examples.tasks.memagent import (
@@ -79,16 +79,21 @@ def test_cpu_task_rejects_unknown_workflows():
 
 @pytest.mark.slow
 def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
-    cfg = (config(WARM_START)
+    # At the warm-start's length (10 documents, a quarter of the main job's calls), on the torch engine and one
+    # learner: the example's env, workflow, reward and evaluation are the point here; vLLM serving training end to
+    # end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's and tests/algorithms'.
+    cfg = use_engine(config(WARM_START, num_docs=NUM_DOCS), "torch")
+    cfg = (cfg
            .env_runners(num_envs_per_env_runner=8)
+           .learners(num_learners=1)
            .training(tasks_per_iteration=2, group_size=4)
-           .evaluation(evaluation_num_tasks=16))
+           .evaluation(evaluation_num_tasks=8))
     summary = train(cfg, iterations=2, out=tmp_path)
     assert len(summary["reward_per_iteration"]) == 2
     # The shipped warm-start already answers: greedy accuracy well above chance on held-out questions.
     assert summary["eval_before"]["reward_mean"] >= 0.3
-    assert summary["eval_after"]["num_tasks"] == 16
-    change = summary["change"]  # paired over the same 16 tasks
+    assert summary["eval_after"]["num_tasks"] == 8
+    change = summary["change"]  # paired over the same 8 tasks
     assert change["ci_low"] <= change["mean"] <= change["ci_high"]
     assert change["mean"] == pytest.approx(summary["eval_after"]["reward_mean"] - summary["eval_before"]["reward_mean"])
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "model") is not None
@@ -107,10 +112,11 @@ def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
 def test_each_memory_write_is_credited_on_its_own(ray_session):
     # One task of four trajectories per iteration: every trajectory has the same number of calls n, so the mean
     # reward of the trained calls is (memory_score * (n - 1) + em) / n of the env's own figures.
-    cfg = (config(WARM_START)
+    cfg = (use_engine(config(WARM_START), "torch")
            .environment(env_config={**config(WARM_START).environment_cfg.env_config, "num_docs": NUM_DOCS,
                                     "score_memories": True})
            .env_runners(num_envs_per_env_runner=4)
+           .learners(num_learners=1)
            .training(tasks_per_iteration=1, group_size=4, advantage_estimator="call_by_position",
                      dynamic_sampling=False, max_staleness=0))
     algo = cfg.build()

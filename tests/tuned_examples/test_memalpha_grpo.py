@@ -8,7 +8,7 @@ import sys
 import pytest
 from transformers import AutoModelForCausalLM
 
-from memrl.experiment import train
+from memrl.experiment import train, use_engine
 from memrl_tuned_examples.memalpha_grpo import PAPER, config, paper_config
 from memrl_tuned_examples.tasks.memalpha import ANSWERER, WARM_START, WRITERS
 
@@ -41,11 +41,15 @@ def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, messa
 @pytest.mark.slow
 def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path, actor_gone):
     # The algorithm serves the frozen answerer itself (a side service) and stops it at the end.
-    cfg = (config(WARM_START)
+    assert config(WARM_START).resources()[0]["CPU"] == 4  # two learners, the engine and the answerer
+    # On the torch engine and one learner: the example's env, workflow, reward and evaluation are the point here;
+    # vLLM serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's
+    # and tests/algorithms'.
+    cfg = (use_engine(config(WARM_START), "torch")
            .env_runners(num_envs_per_env_runner=8)
+           .learners(num_learners=1)
            .training(tasks_per_iteration=2, group_size=4)
            .evaluation(evaluation_num_tasks=12))
-    assert cfg.resources()[0]["CPU"] == 4  # two learners, the engine and the answerer
     summary = train(cfg, iterations=2, out=tmp_path, metric="r_acc")
     assert actor_gone(ANSWERER)
     assert summary["score"] == "r_acc" and len(summary["score_per_iteration"]) == 2

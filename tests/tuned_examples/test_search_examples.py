@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from memrl_envs.search import SearchEnv
 from memrl.workflows import workflow_class
-from memrl.experiment import train
+from memrl.experiment import train, use_engine
 from memrl_tuned_examples import mem1_ppo, mempo_grpo, memsearcher_grpo
 from memrl_tuned_examples.warm_starts import search_sft
 from memrl_tuned_examples.tasks.search import MAX_TOKENS, env_config, table_env_config, workflow_config
@@ -105,8 +105,12 @@ def test_cpu_task_names_bad_workflows():
 @pytest.mark.slow
 @pytest.mark.parametrize("example", [mem1_ppo, memsearcher_grpo, mempo_grpo])
 def test_short_run_of_the_cpu_default(ray_session, tmp_path, example):
-    cfg = (example.config()
+    # On the torch engine and one learner: the example's env, workflow, reward and evaluation are the point here;
+    # vLLM serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's
+    # and tests/algorithms'.
+    cfg = (use_engine(example.config(), "torch")
            .env_runners(num_envs_per_env_runner=8)
+           .learners(num_learners=1)
            .training(tasks_per_iteration=2, group_size=1 if example is mem1_ppo else 4)
            .evaluation(evaluation_num_tasks=8, evaluation_num_envs_per_env_runner=8))
     summary = train(cfg, iterations=2, out=tmp_path)
