@@ -112,11 +112,8 @@ from ray.cluster_utils import Cluster
 from memrl_envs.retrieval import Passage, start_retrieval_server
 from memrl.algorithms import DAPOConfig
 
-# A head for the driver and env runners, two learner nodes and two engine nodes: separate raylets on one machine. A
-# removed node is found dead after two missed health checks a second apart (Ray's default: five, three seconds apart).
-health = {"health_check_period_ms": 1000, "health_check_failure_threshold": 2}
-cluster = Cluster(initialize_head=True,
-                  head_node_args={"num_cpus": 2, "resources": {"head": 1}, "_system_config": health})
+# A head for the driver and env runners, two learner nodes and two engine nodes: separate raylets on one machine.
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"head": 1}})
 learner_nodes = [cluster.add_node(num_cpus=2, resources={"learner_node": 2}) for _ in range(2)]
 engine_nodes = [cluster.add_node(num_cpus=2, resources={"engine_node": 1}) for _ in range(2)]
 cluster.wait_for_nodes()
