@@ -14,7 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import ray
@@ -214,6 +214,15 @@ def _minutes(summaries: list[dict]) -> str:
     if not summaries or any("wall_s" not in summary for summary in summaries):
         return ""
     return f", {sum(summary['wall_s'] for summary in summaries) / 60:.0f} min"
+
+
+def write_table(out: Path, stem: str, data: Any, table: str, plot: Callable[[Path], None]) -> None:
+    """An analysis's results: `data` as out/<stem>.json, the Markdown `table` as out/<stem>.md and `plot(path)` as
+    out/<stem>.png."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
+    (out / f"{stem}.md").write_text(table)
+    plot(out / f"{stem}.png")
 
 
 def budget_table(policies: list[tuple[str, str | Path]]) -> str:

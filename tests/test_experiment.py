@@ -104,3 +104,11 @@ def test_training_budget_reads_sft_stages_and_rl_runs(tmp_path):
     assert training_budget(tmp_path) == "not recorded"
     table = budget_table([("RL", run / "model"), ("other", tmp_path)])
     assert table.splitlines()[2:] == [f"| RL | {rl} |", "| other | not recorded |"]
+
+
+def test_write_table_writes_the_json_the_table_and_the_plot(tmp_path):
+    from memrl.experiment import write_table
+
+    write_table(tmp_path / "out", "t", {"rows": [1]}, "| a |\n", lambda p: p.write_bytes(b"png"))
+    assert json.loads((tmp_path / "out" / "t.json").read_text()) == {"rows": [1]}
+    assert (tmp_path / "out" / "t.md").read_text() == "| a |\n" and (tmp_path / "out" / "t.png").read_bytes() == b"png"

@@ -21,7 +21,6 @@ all-K-right, each with its interval and its change against the warm-start:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -31,7 +30,7 @@ import numpy as np
 import memrl_envs  # noqa: F401  (registers memrl/ChunkStream-v0)
 from memrl.evaluation import check_sampling, evaluate_checkpoint, heldout_tasks
 from memrl.stats import paired_interval, per_task_of_k, task_rewards
-from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, trained_policy
+from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, trained_policy, write_table
 from memrl_tuned_examples.tasks.memagent import BASELINE, MEMORY_TOKENS, NUM_DOCS, WARM_START, cpu_task
 
 MULTIPLIERS = (1, 2, 4, 8, 16)
@@ -202,10 +201,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = length_table(measured, sorted(args.multipliers), args.num_tasks, args.engine,
                         temperature=args.temperature, samples=args.samples)
     budgets = budget_table([(name, path) for name, path, _ in measured])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "length.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "length.md").write_text(markdown(rows) + "\n" + budgets)
-    plot(rows, args.out / "length.png")
+    write_table(args.out, "length", rows, markdown(rows) + "\n" + budgets, lambda p: plot(rows, p))
     print(markdown(rows) + "\n" + budgets)
     print(f"wrote {args.out}/length.json, length.md, length.png")
     return rows

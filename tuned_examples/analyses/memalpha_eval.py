@@ -20,7 +20,6 @@ memalpha_eval.json, memalpha_eval.md and memalpha_eval.png to --out.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -29,7 +28,7 @@ import numpy as np
 import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from memrl_envs.memory_generators import CATEGORIES
 from memrl.evaluation import evaluate_checkpoint
-from memrl.experiment import RUNS, budget_table, heldout_summary, init_ray, trained_policy
+from memrl.experiment import RUNS, budget_table, heldout_summary, init_ray, trained_policy, write_table
 from memrl_tuned_examples.tasks.memalpha import (
     ANSWER_MEMORIES,
     ANSWERER,
@@ -190,10 +189,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = evaluate(measured, sorted(args.multipliers), args.num_tasks, args.length_tasks, args.engine)
     # The rows without a policy's memory run the answerer, whose training is the expert memory row's.
     budgets = budget_table([(name, path) for name, path, _ in measured])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "memalpha_eval.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "memalpha_eval.md").write_text(markdown(rows) + "\n" + budgets)
-    plot(rows, args.out / "memalpha_eval.png")
+    write_table(args.out, "memalpha_eval", rows, markdown(rows) + "\n" + budgets, lambda p: plot(rows, p))
     print(markdown(rows) + "\n" + budgets)
     print(f"wrote {args.out}/memalpha_eval.json, memalpha_eval.md, memalpha_eval.png")
     return rows

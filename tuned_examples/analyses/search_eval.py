@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval
-from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget, write_table
 from memrl_tuned_examples.tasks.search import MAX_TOKENS, table_env_config, warm_start, workflow_config
 
 OBJECTIVES = (1, 2, 4, 8, 16)
@@ -140,9 +140,7 @@ def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks:
         done = [(n, p) for n, p, _ in policies[: policies.index((name, path, workflow)) + 1]]
         result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "peak_growth": peak_growth(rows),
                   "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks, "engine": engine}
-        (out / "search_table.json").write_text(json.dumps(result, indent=1))
-        (out / "search_table.md").write_text(markdown(rows) + "\n" + budget_table(done))
-        plot(rows, out / "search_table.png")
+        write_table(out, "search_table", result, markdown(rows) + "\n" + budget_table(done), lambda p: plot(rows, p))
     return result
 
 

@@ -16,14 +16,13 @@ webshop_table.png to --out.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from memrl.evaluation import evaluate_checkpoint
 from memrl.stats import reward_interval, wilson_interval
-from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget
+from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_budget, write_table
 from memrl_tuned_examples.tasks.webshop import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
@@ -130,9 +129,8 @@ def run(policies: list[tuple[str, Path, str]], num_tasks: int, engine: str, out:
         done = [(n, p) for n, p, _ in policies[: len(rows)]]
         result = {"rows": rows, "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks,
                   "engine": engine}
-        (out / "webshop_table.json").write_text(json.dumps(result, indent=1))
-        (out / "webshop_table.md").write_text(markdown(rows) + "\n" + budget_table(done))
-        plot(rows, out / "webshop_table.png")
+        write_table(out, "webshop_table", result, markdown(rows) + "\n" + budget_table(done),
+                    lambda p: plot(rows, p))
     return result
 
 
