@@ -69,8 +69,9 @@ def evaluate_checkpoint(
     One engine and one group of runners serve every config (the runners take each config in turn). Returns, per
     config, the `eval_summary` over every round's trajectories (plus "sample_s", the wall time of that config's
     rollouts, and with samples > 1 `memrl.stats.best_and_worst_of_k`'s figures) and the trajectories, round after
-    round, each round in task order. Needs a running Ray instance; `faults` gives the deadlines (the engine's start:
-    actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
+    round, each round in task order. `num_env_runners` runner actors share the tasks (0: one runner in this process,
+    as env_runners(num_env_runners=0) in training). Needs a running Ray instance; `faults` gives the deadlines (the
+    engine's start: actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
     """
     counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
@@ -78,6 +79,7 @@ def evaluate_checkpoint(
                          f"({len(env_configs)}), got {num_tasks!r}")
     check_sampling(samples, temperature)
     faults = faults or FaultToleranceConfig()
+    runners = num_env_runners or 1  # 0: one runner in this process, for the one engine
     actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
     results, group = [], None
     try:
@@ -88,7 +90,7 @@ def evaluate_checkpoint(
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
                                  sampling=SamplingConfig(max_tokens=max_tokens, temperature=temperature),
-                                 num_envs=-(-n // num_env_runners), max_calls=max_calls, faults=faults)
+                                 num_envs=-(-n // runners), max_calls=max_calls, faults=faults)
             if group is None:
                 group = EnvRunnerGroup(spec, [actor], num_env_runners)
             else:

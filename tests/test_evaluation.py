@@ -47,11 +47,12 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
     assert [len(t.conversations) for t in short_trajs] == [1] * 5
     assert [len(t.conversations) for t in long_trajs] == [3] * 5
     assert [t.traj_id for t in short_trajs] == [t.traj_id for t in heldout_tasks(0, 5)]
-    # Greedy: the same checkpoint and tasks give the same answers again, also on runners that ran another config
-    # (a count per config) first.
+    # Greedy: the same checkpoint and tasks give the same answers again, also on a runner in this process
+    # (num_env_runners=0) that ran another config (a count per config) first.
     again = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0",
                                 [{"num_turns": 3, "reward": "similarity"}, {"num_turns": 1, "reward": "similarity"}],
-                                "last_observation", {}, num_tasks=[2, 5], max_tokens=4, engine="torch")
+                                "last_observation", {}, num_tasks=[2, 5], max_tokens=4, engine="torch",
+                                num_env_runners=0)
     assert [s["num_tasks"] for s, _ in again] == [2, 5]
     assert [t.conversations[0].response_ids.tolist() for t in again[1][1]] == \
         [t.conversations[0].response_ids.tolist() for t in short_trajs]

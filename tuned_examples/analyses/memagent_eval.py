@@ -65,9 +65,10 @@ SAMPLED = ("pass_at_k", "all_k")
 
 
 def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, engine: str,
-                 seed: int = 0, temperature: float = 0.0, samples: int = 1) -> list[dict]:
+                 seed: int = 0, temperature: float = 0.0, samples: int = 1, num_env_runners: int = 2) -> list[dict]:
     """One row per (policy, length): accuracy with its interval and the token figures (greedy, or the mean of
-    `samples` answers per question at `temperature`, with pass@k and all-k-right)."""
+    `samples` answers per question at `temperature`, with pass@k and all-k-right); `num_env_runners` as for
+    evaluate_checkpoint (0: in this process)."""
     doc_tokens = {m: document_tokens(cpu_task("memagent", runs[0][1], NUM_DOCS * m)[0], num_tasks, seed)
                   for m in multipliers}
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
@@ -77,7 +78,7 @@ def length_table(runs: list[tuple[str, Path, str]], multipliers: list[int], num_
         results = evaluate_checkpoint(str(path), "memrl/ChunkStream-v0", [env for env, _ in configs], workflow,
                                       configs[0][1], num_tasks, max_tokens=MEMORY_TOKENS, engine=engine,
                                       engine_config=engine_config, seed=seed, temperature=temperature,
-                                      samples=samples)
+                                      samples=samples, num_env_runners=num_env_runners)
         for m, (summary, trajectories) in zip(multipliers, results):
             # NaN where any answer's episode failed
             rewards[name, m] = per_task_of_k(task_rewards([trajectories[r * num_tasks:(r + 1) * num_tasks]

@@ -74,8 +74,9 @@ def figures(name: str, setting: dict, trajectories: list) -> dict:
 
 
 def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_tasks: int, length_tasks: int,
-             engine: str = "vllm", seed: int = 0) -> list[dict]:
-    """Rows per (policy, category) at the training length, then per (policy, multiplier) on mixed tasks."""
+             engine: str = "vllm", seed: int = 0, num_env_runners: int = 2) -> list[dict]:
+    """Rows per (policy, category) at the training length, then per (policy, multiplier) on mixed tasks;
+    `num_env_runners` as for evaluate_checkpoint (0: in this process)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
     rows = []
     for name, path, mode in runs:
@@ -90,7 +91,8 @@ def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_task
                        for s in settings]
         results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, workflow.workflow,
                                       workflow.workflow_config, counts, max_tokens=CPU_MAX_TOKENS, engine=engine,
-                                      engine_config=engine_config, seed=seed)
+                                      engine_config=engine_config, seed=seed,
+                                      num_env_runners=num_env_runners)
         for setting, (_, trajectories) in zip(settings, results):
             row = figures(name, setting, trajectories)
             rows.append(row)

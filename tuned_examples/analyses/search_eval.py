@@ -47,12 +47,14 @@ def default_policies() -> list[tuple[str, Path, str]]:
 
 
 def measure(name: str, path: Path, workflow: str, objectives: list[int], num_tasks: int, engine: str,
-            seed: int = 0) -> list[dict]:
-    """One row per number of objectives for one policy (one engine serves them all)."""
+            seed: int = 0, num_env_runners: int = 2) -> list[dict]:
+    """One row per number of objectives for one policy (one engine serves them all); `num_env_runners` as for
+    evaluate_checkpoint (0: in this process)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
     results = evaluate_checkpoint(
         str(path), "memrl/Search-v0", [table_env_config(n) for n in objectives], workflow, workflow_config(workflow),
-        num_tasks, max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed)
+        num_tasks, max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, seed=seed,
+        num_env_runners=num_env_runners)
     rows = []
     for n, (summary, trajectories) in zip(objectives, results):
         em = [t.metrics.get("em", 0.0) for t in trajectories]
@@ -128,15 +130,15 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run(policies: list[tuple[str, Path, str]], objectives: list[int], num_tasks: int, engine: str,
-        out: Path) -> dict:
-    """Measure every policy at every N; write the JSON, the Markdown table and the plot (after each policy, so a
-    long run keeps what it measured); returns the JSON."""
+        out: Path, num_env_runners: int = 2) -> dict:
+    """Measure every policy at every N (`num_env_runners` runners each); write the JSON, the Markdown table and
+    the plot (after each policy, so a long run keeps what it measured); returns the JSON."""
     if not policies:
         raise ValueError("search_eval.run needs at least one (name, checkpoint, workflow) policy")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, path, workflow in policies:
-        rows += measure(name, path, workflow, objectives, num_tasks, engine)
+        rows += measure(name, path, workflow, objectives, num_tasks, engine, num_env_runners=num_env_runners)
         done = [(n, p) for n, p, _ in policies[: policies.index((name, path, workflow)) + 1]]
         result = {"rows": rows, "react_peak_ratio": peak_ratio(rows), "peak_growth": peak_growth(rows),
                   "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks, "engine": engine}

@@ -44,12 +44,15 @@ def default_policies() -> list[tuple[str, Path, str]]:
     return found
 
 
-def measure(name: str, path: Path, workflow: str, num_tasks: int, engine: str, seed: int = 0) -> tuple[dict, list]:
-    """One table row for a policy, and (calls, peak tokens) per task."""
+def measure(name: str, path: Path, workflow: str, num_tasks: int, engine: str, seed: int = 0,
+            num_env_runners: int = 2) -> tuple[dict, list]:
+    """One table row for a policy, and (calls, peak tokens) per task; `num_env_runners` as for evaluate_checkpoint
+    (0: in this process)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
     [(summary, trajectories)] = evaluate_checkpoint(
         str(path), "memrl/WebShop-v0", [env_config("test")], workflow, workflow_config(workflow), num_tasks,
-        max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, max_calls=MAX_TURNS, seed=seed)
+        max_tokens=MAX_TOKENS, engine=engine, engine_config=engine_config, max_calls=MAX_TURNS, seed=seed,
+        num_env_runners=num_env_runners)
     scored = [t for t in trajectories if not t.failure]
     rewards = [t.reward for t in scored]
     mean, low, high = reward_interval(rewards)
@@ -117,14 +120,16 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(policies: list[tuple[str, Path, str]], num_tasks: int, engine: str, out: Path) -> dict:
-    """Measure every policy; write the JSON, the Markdown tables and the plot after each one; returns the JSON."""
+def run(policies: list[tuple[str, Path, str]], num_tasks: int, engine: str, out: Path,
+        num_env_runners: int = 2) -> dict:
+    """Measure every policy (`num_env_runners` runners each); write the JSON, the Markdown tables and the plot after
+    each one; returns the JSON."""
     if not policies:
         raise ValueError("webshop_eval.run needs at least one (name, checkpoint, workflow) policy")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, path, workflow in policies:
-        row, lengths = measure(name, path, workflow, num_tasks, engine)
+        row, lengths = measure(name, path, workflow, num_tasks, engine, num_env_runners=num_env_runners)
         rows.append({**row, "peak_by_calls": by_length(lengths)})
         done = [(n, p) for n, p, _ in policies[: len(rows)]]
         result = {"rows": rows, "budgets": {n: training_budget(p) for n, p in done}, "num_tasks": num_tasks,

@@ -12,7 +12,7 @@ def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_sessi
     answerer = start_answerer(ANSWERER_CHECKPOINT)
     try:
         rows = memalpha_eval.evaluate(memalpha_eval.policies({}), [1, 2], num_tasks=3, length_tasks=2,
-                                      engine="torch")
+                                      engine="torch", num_env_runners=0)
     finally:
         ray_session.kill(answerer)
     by = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}

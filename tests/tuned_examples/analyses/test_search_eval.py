@@ -35,7 +35,7 @@ def test_table_one_measures_the_shipped_policies_of_every_question_count(tmp_pat
 @pytest.mark.slow
 def test_table_one_rows_plot_and_ratio(ray_session, tiny_checkpoint, tmp_path):
     policies = [("MEM1", tiny_checkpoint, "mem1"), ("ReAct", tiny_checkpoint, "react")]
-    result = search_eval.run(policies, [1, 2], num_tasks=3, engine="torch", out=tmp_path)
+    result = search_eval.run(policies, [1, 2], num_tasks=3, engine="torch", out=tmp_path, num_env_runners=0)
     rows = result["rows"]
     assert [(r["policy"], r["objectives"]) for r in rows] == [("MEM1", 1), ("MEM1", 2), ("ReAct", 1), ("ReAct", 2)]
     for r in rows:
