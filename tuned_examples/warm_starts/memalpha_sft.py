@@ -102,10 +102,10 @@ answerer (answers, over ANSWERER_TASKS), and the flat-memory baselines' warm-sta
 the policy's tasks and steps); all but the base start from the base."""
 
 
-def build(out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int, model: str | None = None,
-          keep_eval_checkpoints: bool = False, role: str = "policy") -> dict:
-    """SFT `model` (default: the role's start) on the expert episodes of the CPU task for `role` (a ROLES name);
-    returns the summary. keep_eval_checkpoints also saves the weights of every evaluation to out/step_<N>."""
+def config(steps: int, num_train_tasks: int, num_eval_tasks: int, model: str | None = None,
+           role: str = "policy") -> SFTConfig:
+    """The SFT of `model` (default: the role's start) on the expert episodes of the CPU task for `role` (a ROLES
+    name)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
     spec = ROLES[role]
@@ -113,17 +113,23 @@ def build(out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int, mode
     writer = WRITERS[spec.writer]
     env_config = {**cpu_env_config(model, answerer=spec.answerer), "memory": writer.memory,
                   "expert_recall": spec.expert_recall}
-    config = (SFTConfig()
-              .environment("memrl/MemoryStore-v0", env_config=env_config)
-              .env_runners(workflow=writer.workflow, workflow_config=writer.workflow_config)
-              .learners(model_path=model, num_learners=2, token_budget=8192)
-              .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(250, steps),
-                        num_train_tasks=num_train_tasks, task_options=spec.task_options,
-                        # Each call weighs the same: a short answer row counts as much as a long row of calls.
-                        aggregation="seq_mean_token_mean")
-              .evaluation(evaluation_num_tasks=num_eval_tasks)
-              .debugging(seed=0))
-    return sft.run(config, out, keep_eval_checkpoints)
+    return (SFTConfig()
+            .environment("memrl/MemoryStore-v0", env_config=env_config)
+            .env_runners(workflow=writer.workflow, workflow_config=writer.workflow_config)
+            .learners(model_path=model, num_learners=2, token_budget=8192)
+            .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(250, steps),
+                      num_train_tasks=num_train_tasks, task_options=spec.task_options,
+                      # Each call weighs the same: a short answer row counts as much as a long row of calls.
+                      aggregation="seq_mean_token_mean")
+            .evaluation(evaluation_num_tasks=num_eval_tasks)
+            .debugging(seed=0))
+
+
+def build(out: Path, steps: int, num_train_tasks: int, num_eval_tasks: int, model: str | None = None,
+          keep_eval_checkpoints: bool = False, role: str = "policy") -> dict:
+    """Run `config`'s SFT and write the checkpoint to `out`; returns the summary. keep_eval_checkpoints also saves
+    the weights of every evaluation to out/step_<N>."""
+    return sft.run(config(steps, num_train_tasks, num_eval_tasks, model, role), out, keep_eval_checkpoints)
 
 
 def main() -> None:

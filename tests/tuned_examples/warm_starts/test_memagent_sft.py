@@ -1,6 +1,7 @@
 """The MemAgent warm-start recipe: the baseline's budget, a deeper model, and the two-stage build's short form."""
 
 import re
+from pathlib import Path
 
 import pytest
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -44,13 +45,26 @@ def test_baseline_build_from_a_deeper_model(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_path):
+    # MemAgent's build in two stages; the baseline's in one (the stages are chained by the same build_all: its own
+    # part is the training lengths).
     stages = (memagent_sft.Stage(2, 4), memagent_sft.Stage(2, 4, "linear"))
-    for workflow in ("memagent", "full_context"):
+    for workflow, own_stages in (("memagent", stages), ("full_context", stages[:1])):
         out = tmp_path / workflow
-        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=4, stages=stages, init=tiny_checkpoint,
+        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=4, stages=own_stages, init=tiny_checkpoint,
                                          stage_dir=tmp_path / "stages")
         assert summary["config"]["env_runners"]["workflow"] == workflow
         assert [m["step"] for m in summary["curve"]] == [0, 2]
+        assert (out / SUMMARY_FILE).is_file()
+        assert AutoModelForCausalLM.from_pretrained(out) is not None
+        # Both are evaluated at the base length; the baseline trains on 2 to 10 documents.
+        assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
+        lengths = summary["config"]["environment"]["env_config"]["num_docs"]
+        assert lengths == ((2, 4, 6, 8, NUM_DOCS) if workflow == "full_context" else NUM_DOCS)
+        if len(own_stages) == 1:
+            assert "earlier_stages" not in summary or not summary["earlier_stages"]
+            assert summary["config"]["learners"]["model_path"] == str(Path(tiny_checkpoint).resolve())
+            assert re.fullmatch(r"SFT 2 steps x 64 rows, \d+ min", training_budget(out))
+            continue
         # The second stage starts from the first one's weights, with its own seed and a decaying rate.
         (first,) = summary["earlier_stages"]
         assert summary["initial"]["eval_nll"] < first["initial"]["eval_nll"]
@@ -58,10 +72,4 @@ def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_
         assert (summary["config"]["debugging"]["seed"], first["config"]["debugging"]["seed"]) == (1, 0)
         assert summary["config"]["training"]["optimizer"]["lr_schedule"] == "linear"
         assert summary["final"]["eval_nll"] < first["initial"]["eval_nll"]
-        assert (out / SUMMARY_FILE).is_file()
-        assert AutoModelForCausalLM.from_pretrained(out) is not None
         assert re.fullmatch(r"SFT 2\+2 steps x 64 rows, lr constant\+linear, \d+ min", training_budget(out))
-        # Both are evaluated at the base length; the baseline trains on 2 to 10 documents.
-        assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
-        lengths = summary["config"]["environment"]["env_config"]["num_docs"]
-        assert lengths == ((2, 4, 6, 8, NUM_DOCS) if workflow == "full_context" else NUM_DOCS)
