@@ -13,10 +13,18 @@ from memrl import rendezvous
 
 
 def _listening(pid: int) -> list[tuple[str, int]]:
-    """(address, port) of every listening TCP socket of a process and its children."""
-    processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    return sorted({(c.laddr.ip, c.laddr.port) for p in processes for c in p.net_connections("inet")
-                   if c.status == psutil.CONN_LISTEN})
+    """(address, port) of every listening TCP socket of a process and its live children (a child that exits while
+    they are read, such as one of Ray's short-lived workers, listens on nothing any more)."""
+    found = set()
+    for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            connections = process.net_connections("inet")
+        except psutil.NoSuchProcess:
+            if process.pid == pid:
+                raise
+            continue
+        found |= {(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN}
+    return sorted(found)
 
 
 def _exposed(pid: int) -> list[tuple[str, int]]:
