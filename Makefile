@@ -16,8 +16,10 @@ setup: $(VENV)/.installed
 train: setup
 	$(PY) tuned_examples/memagent_dapo.py
 
+# Two workers, each with its own Ray instance, a test file to a worker (its module fixtures stay whole): the
+# tests wait on actor start-ups, deadlines and subprocesses often enough that two overlap on two cores.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # The inner loop: every test not marked slow (pyproject's `slow` marker).
 test-quick: setup
