@@ -40,10 +40,10 @@ def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> P
     model's own distribution instead, its entropy grew every iteration and the greedy policy drifted), four optimizer
     steps of 8 tasks per iteration (MEM1 takes one of 64; four move the policy four times as often for about the same
     learner time), one vLLM engine fed by one env runner of 32 envs (several runners feed it in whatever order they
-    come, and its prefix cache then holds the shared system prompt's blocks from one runner's batch or another's, whose
-    last bits differ: runs would not repeat), 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share no prefix
-    beyond the short task prompt, so stitching them saves nothing and its tree attention mask made the learner step
-    three times slower here; ReAct's calls share their whole history, which stitching trains once."""
+    come, and its prefix cache then holds the shared task prompt's blocks from one runner's batch or another's, whose
+    last bits differ: runs would not repeat), 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share
+    no prefix beyond the short task prompt, so stitching them saves nothing and its tree attention mask made the
+    learner step three times slower here; ReAct's calls share their whole history, which stitching trains once."""
     model = str(model or warm_start(workflow))
     return (PPOConfig()
             .environment("memrl/WebShop-v0", env_config=env_config("train"))
