@@ -33,16 +33,26 @@ def _tensors() -> dict[str, torch.Tensor]:
     }
 
 
+def _arrays(tensors) -> dict:
+    """Copies as numpy arrays, to pass between processes: torch would share a tensor's storage by a file descriptor
+    that is gone once the sending process exits, which it may do before the receiver reads the queue."""
+    return {name: t.numpy().copy() for name, t in tensors}
+
+
+def _tensors_of(arrays: dict) -> dict[str, torch.Tensor]:
+    return {name: torch.from_numpy(a) for name, a in arrays.items()}
+
+
 def _receiver(port: int, metas, bucket_bytes: int, queue) -> None:
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
-    queue.put({name: t.clone() for name, t in broadcast_recv(pg, metas, bucket_bytes)})
+    queue.put(_arrays(broadcast_recv(pg, metas, bucket_bytes)))
 
 
 def _reusing_receiver(port: int, metas, bucket_bytes: int, transfers: int, queue) -> None:
     pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
     receiver = BucketReceiver(pg)
     for _ in range(transfers):  # copied as they come, as an engine loads its parameters
-        queue.put({name: t.clone() for name, t in receiver.receive(metas, bucket_bytes)})
+        queue.put(_arrays(receiver.receive(metas, bucket_bytes)))
 
 
 def test_plan_buckets_splits_by_size_and_dtype():
@@ -69,7 +79,7 @@ def test_gloo_broadcast_round_trip(bucket_bytes):
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
     sent = broadcast_send(pg, tensors, metas, bucket_bytes)
-    received = queue.get(timeout=60)
+    received = _tensors_of(queue.get(timeout=60))
     proc.join(timeout=30)
     assert sent == sum(t.numel() * t.element_size() for t in tensors.values())
     assert received.keys() == tensors.keys()
@@ -106,7 +116,7 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
             tag += len(bucket)
             for name, _, _ in bucket:
                 live[name].fill_(-1)  # the bucket has left when send_bucket returns: changing it now must not matter
-    received = [queue.get(timeout=60) for _ in range(3)]
+    received = [_tensors_of(queue.get(timeout=60)) for _ in range(3)]
     proc.join(timeout=30)
     for want, got in zip(expected, received):
         assert got.keys() == want.keys()
@@ -119,7 +129,7 @@ def _receiver_into(port: int, metas, queue) -> None:
     targets = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name, shape, dtype in metas}
     pointers = {name: t.data_ptr() for name, t in targets.items()}
     receive_into(pg, targets, metas)
-    queue.put(({name: t.clone() for name, t in targets.items()},
+    queue.put((_arrays(targets.items()),
                all(t.data_ptr() == pointers[name] for name, t in targets.items())))
 
 
@@ -134,7 +144,8 @@ def test_receive_into_fills_the_given_tensors_in_place(bucket_bytes):
     proc.start()
     pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
     broadcast_send(pg, tensors, metas, bucket_bytes)
-    received, in_place = queue.get(timeout=60)
+    arrays, in_place = queue.get(timeout=60)
+    received = _tensors_of(arrays)
     proc.join(timeout=30)
     assert in_place
     for name, t in tensors.items():
