@@ -1,4 +1,5 @@
-"""End-to-end iterations of DAPO on the Echo toy env: real engines, 2 DeepSpeed ZeRO-3 learners, gloo sync."""
+"""End-to-end iterations of DAPO on the Echo toy env: real engines, DeepSpeed ZeRO-3 learners (two ranks where the
+test is about ranks), gloo sync."""
 
 import math
 from pathlib import Path
@@ -13,13 +14,15 @@ from memrl.algorithms import DAPOConfig
 pytestmark = pytest.mark.slow
 
 
-def _config(checkpoint, engine: str) -> DAPOConfig:
+def _config(checkpoint, engine: str, num_learners: int = 2) -> DAPOConfig:
+    """Echo on 2 env runners over one engine; 2 learners where ranks matter to the test (a rank left behind in a
+    collective, ZeRO-3 partitions checkpointed and restored, weights gathered for the sync), else 1."""
     engine_config = {"kv_cache_bytes": 64 * 1024**2} if engine == "vllm" else {}
     return (DAPOConfig()
             .environment("memrl/Echo-v0", env_config={"num_turns": 2, "reward": "similarity"})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine=engine, engine_config=engine_config,
                          max_tokens=6)
-            .learners(model_path=str(checkpoint), num_learners=2, token_budget=256)
+            .learners(model_path=str(checkpoint), num_learners=num_learners, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, dynamic_sampling=False)
             .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=2)
             .debugging(seed=3))
@@ -110,7 +113,7 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     import threading
     import time
 
-    config = _config(tiny_checkpoint, "torch").environment(
+    config = _config(tiny_checkpoint, "torch", num_learners=1).environment(
         env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
     algo = config.build()
     out = {}
@@ -130,7 +133,7 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
 
 @pytest.mark.parametrize("num_env_runners", [2, 0])
 def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint, num_env_runners):
-    config = _config(tiny_checkpoint, "torch").environment(
+    config = _config(tiny_checkpoint, "torch", num_learners=1).environment(
         env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4}).env_runners(
         num_env_runners=num_env_runners)
     algo = config.build()
@@ -168,7 +171,7 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     # With the exact-match reward an untrained model scores 0 everywhere: every group has zero variance.
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    config = (_config(tiny_checkpoint, "torch")
+    config = (_config(tiny_checkpoint, "torch", num_learners=1)
               .environment(env_config={"num_turns": 1, "reward": "exact"})
               .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
               .debugging(wandb_project="memrl-test"))
@@ -189,7 +192,8 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     # WANDB_MODE=disabled turns a configured wandb project off: nothing is written.
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    algo = _config(tiny_checkpoint, "torch").training(num_minibatches=2).debugging(wandb_project="memrl-test").build()
+    algo = (_config(tiny_checkpoint, "torch", num_learners=1).training(num_minibatches=2)
+            .debugging(wandb_project="memrl-test").build())
     result = algo.train()
     assert algo._wandb is None and not (tmp_path / "wandb").exists()
     learners = result["learners"]
@@ -434,7 +438,7 @@ def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(r
 
     judge = {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 0.5,
              "options": {"model_path": str(tiny_checkpoint), "max_tokens": 4}}
-    config = (_config(tiny_checkpoint, "torch").learners(num_learners=1).services(actors={"judge": judge})
+    config = (_config(tiny_checkpoint, "torch", num_learners=1).services(actors={"judge": judge})
               .training(lr=tune.grid_search([1e-4, 1e-3])))
     bundles = DAPO.default_resource_request(config.to_dict()).bundles
     # The algorithm, its learner, its engine and its side service.

@@ -103,7 +103,7 @@ def _mem1_config(checkpoint) -> PPOConfig:
             .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 4})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=3, workflow="mem1",
                          workflow_config={"memory_tokens": 24}, engine="torch", max_tokens=12)
-            .learners(model_path=str(checkpoint), num_learners=2, token_budget=4096)
+            .learners(model_path=str(checkpoint), num_learners=1, token_budget=4096)
             .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=6, num_minibatches=2)
             .evaluation(evaluation_num_tasks=3)
             .debugging(seed=5))

@@ -1,5 +1,5 @@
 """Asynchronous training (training.max_staleness): batches sampled one iteration ahead on the real stack (torch
-engines, 2 DeepSpeed ZeRO-3 learners, gloo sync), their version accounting, off-policy correction and exact resume."""
+engines, a DeepSpeed ZeRO-3 learner, gloo sync), their version accounting, off-policy correction and exact resume."""
 
 
 import pytest
@@ -18,7 +18,7 @@ def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None) 
     return (DAPOConfig()
             .environment("memrl/Echo-v0", env_config=env_config or {"num_turns": 2, "reward": "similarity"})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
-            .learners(model_path=str(checkpoint), num_learners=2, token_budget=256)
+            .learners(model_path=str(checkpoint), num_learners=1, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, max_staleness=max_staleness,
                       use_rollout_logprobs=False, off_policy_correction="tis", importance_cap=2.0)
             .debugging(seed=3))

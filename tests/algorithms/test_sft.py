@@ -145,8 +145,9 @@ def test_workflow_without_or_with_a_wrong_expert_response_is_refused(tokenizer):
         collect_expert_rows("memrl/Echo-v0", {}, "shouting", {}, tokenizer, 1, 0)
 
 
-def _config(checkpoint, **training) -> SFTConfig:
-    return (SFTConfig().learners(model_path=str(checkpoint), num_learners=2, token_budget=1024)
+def _config(checkpoint, num_learners: int = 1, **training) -> SFTConfig:
+    """SFT on Echo; 2 learners where the test is about ranks (one dies and the group is recovered)."""
+    return (SFTConfig().learners(model_path=str(checkpoint), num_learners=num_learners, token_budget=1024)
             .training(**{"num_train_tasks": 200, "batch_size": 32, "lr": 3e-3, **training})
             .evaluation(evaluation_num_tasks=32).debugging(seed=1))
 
@@ -223,7 +224,8 @@ def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, 
 @pytest.mark.slow
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
     # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it.
-    config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear", lr_decay_steps=9)
+    config = _config(tiny_checkpoint, num_learners=2, steps=9, steps_per_iteration=3, lr_schedule="linear",
+                     lr_decay_steps=9)
     algo = config.build()
     straight = [algo.train()]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 1; the run goes on as if it had not saved
@@ -255,7 +257,7 @@ def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, ti
 def test_sft_runs_as_a_tune_trial(ray_session, tiny_checkpoint, tmp_path):
     from ray import tune
 
-    config = _config(tiny_checkpoint, steps=4, steps_per_iteration=2).learners(num_learners=1)
+    config = _config(tiny_checkpoint, steps=4, steps_per_iteration=2)
     grid = tune.Tuner(SFT, param_space=config,
                       run_config=tune.RunConfig(storage_path=str(tmp_path), name="sft", verbose=0)).fit()
     result = grid[0]
