@@ -39,6 +39,9 @@ class Stage:
     """Where a decaying schedule ends, as a share of 1e-3 (training.lr_min_ratio)."""
 
 
+NUM_LEARNERS = 2
+"""DeepSpeed ranks of every build (the shipped checkpoints were made with two; another count sums the same gradients
+in another order, so a rebuild would differ in its last digits)."""
 STAGES = {
     "memagent": (Stage(900, 4000), Stage(900, 8000, "linear")),
     "full_context": (Stage(940, 40000), Stage(900, 40000, "linear")),
@@ -79,7 +82,7 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     config = (SFTConfig()
               .environment("memrl/ChunkStream-v0", env_config=env_config)
               .env_runners(workflow=workflow, workflow_config=workflow_config)
-              .learners(model_path=model, num_learners=2, token_budget=4096)
+              .learners(model_path=model, num_learners=NUM_LEARNERS, token_budget=4096)
               .training(lr=1e-3, lr_schedule=stage.lr_schedule, lr_warmup_steps=1 if decays else 0,
                         lr_decay_steps=stage.steps if decays else 0, lr_min_ratio=stage.lr_min_ratio, batch_size=64,
                         steps=stage.steps, steps_per_iteration=min(150, stage.steps),

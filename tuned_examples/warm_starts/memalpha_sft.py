@@ -51,6 +51,9 @@ POLICY_TASKS = [{"category": c} for c in ("accurate_retrieval", "long_range_unde
 ANSWERER_TASKS = [*ANSWER_MEMORIES.values(), {"expert_writes": True, "num_chunks": 4 * CPU_TASK["num_chunks"]}]
 """The answerer's episodes, in turn by seed (five kinds, so each meets every category): the questions over each of
 ANSWER_MEMORIES, and over an expert's store four times longer (a longer stream's memory holds more items)."""
+NUM_LEARNERS = 2
+"""DeepSpeed ranks of every build (the shipped checkpoints were made with two; another count sums the same gradients
+in another order, so a rebuild would differ in its last digits)."""
 WARM_START_STEPS = 600
 """Steps of the warm-starts RL continues (the policy's and each flat-memory baseline's, the same budget): by 600 the
 policy copies more of the chunk's names into its inserts (held-out per-call exact match on the full expert, in
@@ -116,7 +119,7 @@ def config(steps: int, num_train_tasks: int, num_eval_tasks: int, model: str | N
     return (SFTConfig()
             .environment("memrl/MemoryStore-v0", env_config=env_config)
             .env_runners(workflow=writer.workflow, workflow_config=writer.workflow_config)
-            .learners(model_path=model, num_learners=2, token_budget=8192)
+            .learners(model_path=model, num_learners=NUM_LEARNERS, token_budget=8192)
             .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(250, steps),
                       num_train_tasks=num_train_tasks, task_options=spec.task_options,
                       # Each call weighs the same: a short answer row counts as much as a long row of calls.

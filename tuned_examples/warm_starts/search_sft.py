@@ -60,6 +60,9 @@ class Stage:
     """training.lr_schedule over the stage: "linear" or "cosine" decay lr 1e-3 to 0 at its last step."""
 
 
+NUM_LEARNERS = 2
+"""DeepSpeed ranks of every build (the shipped checkpoints were made with two; another count sums the same gradients
+in another order, so a rebuild would differ in its last digits)."""
 MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True, lr_schedule="linear")
 """The stage that takes a shipped two-question warm-start to Table 1's task, one-hop questions 1, 2, 4 and 8 at a
 time (--multi): a policy trained on two questions alone answers two questions whatever it is asked, so MEM1's
@@ -90,7 +93,7 @@ def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str
     config = (SFTConfig()
               .environment("memrl/Search-v0", env_config=env)
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
-              .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=2, token_budget=8192)
+              .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
               .training(lr=1e-3, lr_schedule=stage.lr_schedule,
                         lr_decay_steps=stage.steps if stage.lr_schedule != "constant" else 0, batch_size=32,
                         steps=stage.steps, steps_per_iteration=min(400, stage.steps),

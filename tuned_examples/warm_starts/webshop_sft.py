@@ -29,6 +29,9 @@ from memrl.algorithms.sft import SFTConfig
 from memrl.experiment import RUNS, default_model
 from memrl_tuned_examples.tasks.webshop import CHECKPOINTS, MAX_TURNS, env_config, workflow_config
 
+NUM_LEARNERS = 2
+"""DeepSpeed ranks of every build (the shipped checkpoints were made with two; another count sums the same gradients
+in another order, so a rebuild would differ in its last digits)."""
 EXPERT_RECALL = 0.5
 """Share of the goal's options the imitated expert chooses."""
 STEPS = 600
@@ -55,7 +58,7 @@ def build_copying(out: Path, stages=COPY_STAGES, num_train_tasks: int = 6000, nu
         config = (SFTConfig()
                   .environment("memrl/Copy-v0", env_config={"max_chars": 900})
                   .env_runners(workflow="last_observation", max_calls_per_episode=1)
-                  .learners(model_path=str(model.resolve()), num_learners=2, token_budget=8192)
+                  .learners(model_path=str(model.resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
                   .training(lr=1e-3, batch_size=batch_size, steps=steps, steps_per_iteration=steps,
                             num_train_tasks=num_train_tasks, task_options=lengths)
                   .evaluation(evaluation_num_tasks=num_eval_tasks)
@@ -78,7 +81,7 @@ def build(workflow: str, out: Path, steps: int = STEPS, num_train_tasks: int = N
               .env_runners(workflow=workflow, workflow_config=workflow_config(workflow),
                            max_calls_per_episode=MAX_TURNS)
               # Absolute paths: the learner actors do not share this process's working directory.
-              .learners(model_path=str(init.resolve()), num_learners=2, token_budget=8192)
+              .learners(model_path=str(init.resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
               .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(300, steps),
                         num_train_tasks=num_train_tasks)
               .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"split": "val"})
