@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 from ray.tune.tune import _Config
@@ -188,6 +189,13 @@ class DebuggingConfig:
     """Before any actor starts, check that the services the env options name are there: a named Ray actor is
     running, a URL accepts a connection within SERVICE_PROBE_S (memrl.preflight). Turn off for a service that comes
     up after the run starts."""
+    check_memory: bool = True
+    """When the actors reserve GPUs, check before any starts that each learner's and engine's memory plan
+    (memrl.memory_plan) fits its share of a GPU of gpu_memory_gb, and fail at once naming the figures and the
+    settings to change."""
+    gpu_memory_gb: float | None = None
+    """Memory of each of the cluster's GPUs, in GB (an A100 40 or 80, an H100 80, an H200 141), for check_memory.
+    None: that of this machine's first GPU when nvidia-smi reports one, else the memory is not checked."""
 
 
 SECTIONS = {
@@ -297,9 +305,9 @@ class AlgorithmConfig(_Config):
     def learners(self, *, model_path: str | None = NOT_SET, num_learners: int = NOT_SET,
                  num_gpus_per_learner: float = NOT_SET, num_cpus_per_learner: int = NOT_SET,
                  resources_per_learner: dict = NOT_SET, token_budget: int = NOT_SET, dtype: str = NOT_SET,
-                 zero_stage: int = NOT_SET, param_persistence_threshold: int = NOT_SET,
-                 attn_implementation: str = NOT_SET, dist_timeout_s: float = NOT_SET,
-                 weight_sync_bucket_bytes: int = NOT_SET) -> Self:
+                 zero_stage: int = NOT_SET, gradient_checkpointing: bool = NOT_SET,
+                 param_persistence_threshold: int = NOT_SET, attn_implementation: str = NOT_SET,
+                 dist_timeout_s: float = NOT_SET, weight_sync_bucket_bytes: int = NOT_SET) -> Self:
         """Set LearnersConfig's settings."""
         return self._set("learners", **given(locals()))
 
@@ -333,7 +341,8 @@ class AlgorithmConfig(_Config):
 
     @builder
     def debugging(self, *, seed: int = NOT_SET, wandb_project: str | None = NOT_SET, progress_bars: bool = NOT_SET,
-                  check_resources: bool = NOT_SET, check_services: bool = NOT_SET) -> Self:
+                  check_resources: bool = NOT_SET, check_services: bool = NOT_SET, check_memory: bool = NOT_SET,
+                  gpu_memory_gb: float | None = NOT_SET) -> Self:
         """Set DebuggingConfig's settings."""
         return self._set("debugging", **given(locals()))
 
@@ -424,6 +433,10 @@ class AlgorithmConfig(_Config):
                                 ("env_runners.resources_per_engine", run.resources_per_engine),
                                 ("env_runners.resources_per_env_runner", run.resources_per_env_runner)):
             check_custom_resources(setting, custom)
+        gpu_memory_gb = self.debugging_cfg.gpu_memory_gb
+        if gpu_memory_gb is not None and not gpu_memory_gb > 0:
+            raise ValueError(f"debugging.gpu_memory_gb={gpu_memory_gb!r} is not allowed; it must be > 0 (the GB of "
+                             "each GPU) or None")
         faults = self.fault_tolerance_cfg
         positive["fault_tolerance.max_actor_failures"] = faults.max_actor_failures
         for name in ("failure_window_s", "actor_start_timeout_s", "engine_call_timeout_s", "sample_timeout_s",
@@ -571,6 +584,32 @@ class AlgorithmConfig(_Config):
         settings = list(dict.fromkeys(setting for *_, setting in self.actor_groups()))
         check_resources(needs, type(self).__name__, parts, settings, total)
 
+    def check_memory(self) -> None:
+        """Fail at once, naming the figures and the settings, when a learner or an engine that reserves GPUs would
+        not fit its share of one (see debugging.check_memory and gpu_memory_gb); starts nothing."""
+        dbg, learn, run = self.debugging_cfg, self.learners_cfg, self.env_runners_cfg
+        uses_gpus = learn.num_gpus_per_learner > 0 or (run.engine == "vllm" and run.num_gpus_per_engine > 0)
+        if not dbg.check_memory or not uses_gpus or not (Path(learn.model_path) / "config.json").is_file():
+            return  # (check_components names a model directory without a config)
+        from memrl.memory_plan import local_gpu_memory_gb
+
+        gpu_memory_gb = dbg.gpu_memory_gb or local_gpu_memory_gb()
+        if gpu_memory_gb is None:
+            return
+        problems = self.plan(gpu_memory_gb).problems()
+        if problems:
+            raise ValueError(f"{type(self).__name__} does not fit GPUs of {gpu_memory_gb:g} GB (debugging."
+                             f"gpu_memory_gb, or this machine's): " + "; ".join(problems) + ". Print the whole plan "
+                             "with config.plan(gpu_memory_gb).table(); debugging.check_memory=False skips this check")
+
+    def plan(self, gpu_memory_gb: float | None = None):
+        """The GPU memory plan (memrl.memory_plan.MemoryPlan) of this config's learners and engines on GPUs of
+        `gpu_memory_gb` GB each: print it with `.table()`, `.problems()` names what does not fit. Reads the model's
+        sizes from learners.model_path's config.json; starts nothing."""
+        from memrl.memory_plan import plan
+
+        return plan(self, gpu_memory_gb)
+
     def check_components(self) -> None:
         """Load what the config names (env, model directory and tokenizer, workflow, engine options) and fail naming
         the field when one cannot be used; starts nothing (memrl.preflight)."""
@@ -592,6 +631,7 @@ class AlgorithmConfig(_Config):
         if self.algo_class is None:
             raise ValueError(f"{type(self).__name__} has no algo_class; use an algorithm's config, e.g. DAPOConfig")
         self.validate()
+        self.check_memory()
         self.check_components()
         from memrl.cluster import ensure_ray, planned_resources
 

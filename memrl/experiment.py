@@ -40,6 +40,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--num-gpus", type=int, default=0, help="GPUs to use; 0 runs the CPU default")
     p.add_argument("--engine", choices=sorted(ENGINES), default="vllm",
                    help="inference engine of a GPU run (--num-gpus): vllm, or the reference torch engine")
+    p.add_argument("--gpu-memory-gb", type=float, help="GPU runs: memory of each GPU, in GB (debugging.gpu_memory_gb; "
+                   "default: this machine's first GPU's); the run stops before any actor starts when it would not fit")
+    p.add_argument("--plan", action="store_true", help="GPU runs: print the memory plan of each learner and engine "
+                   "GPU (memrl.memory_plan) and exit")
     p.add_argument("--iterations", type=int, help="training iterations (default: the example's own)")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<example>)")
     p.add_argument("--verbose", action="store_true",
@@ -90,16 +94,29 @@ def default_model(num_layers: int = tiny.TinyModelConfig.num_layers) -> str:
 
 
 def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
-    """Half the GPUs train (one learner each), half serve (one vLLM engine each); on a single GPU the learner and
-    the engine share it, half each (a small model; the weights then travel over gloo, as NCCL takes one rank per
-    GPU)."""
+    """Spread `num_gpus` GPUs over the actors, asking for exactly that many: half train (one learner each, with
+    gradient checkpointing), the rest serve (one vLLM engine each). A PPO config's critic learners come out of the
+    training half: as many critic as policy learners, a GPU each, or both on one GPU, half each, when the training
+    half is a single GPU. On a single GPU every actor shares it (a small model; the weights then travel over gloo, as
+    NCCL takes one rank per GPU)."""
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1 for a GPU preset, got {num_gpus}")
-    learners, engines, share = max(1, num_gpus // 2), max(1, num_gpus - num_gpus // 2), 0.5 if num_gpus == 1 else 1
+    critic = getattr(config, "has_critic", False)
+    if num_gpus == 1:
+        learners, per_learner, engines, per_engine = 1, (1 / 3 if critic else 0.5), 1, (1 / 3 if critic else 0.5)
+    else:
+        train = num_gpus // 2
+        if critic and train == 1:
+            learners, per_learner = 1, 0.5  # the policy learner and the critic learner share the GPU
+        else:
+            learners, per_learner = (train // 2 if critic else train), 1
+        trained = learners * per_learner * (2 if critic else 1)
+        engines, per_engine = int(num_gpus - trained), 1
     kv_cache = (2 if num_gpus == 1 else 8) * 1024**3
-    return (config.learners(num_learners=learners, num_gpus_per_learner=share, dtype="bfloat16")
-            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=share, num_env_runners=2 * engines,
-                         engine_config={"kv_cache_bytes": kv_cache, "dtype": "bfloat16"})
+    return (config.learners(num_learners=learners, num_gpus_per_learner=per_learner, dtype="bfloat16",
+                            gradient_checkpointing=True)
+            .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=per_engine,
+                         num_env_runners=2 * engines, engine_config={"kv_cache_bytes": kv_cache, "dtype": "bfloat16"})
             # An autoscaling cluster (cluster.yaml) brings its GPU nodes only once the actors ask for them.
             .debugging(check_resources=False))
 
@@ -122,9 +139,17 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         p.error("--num-gpus needs --model: a local Hugging Face checkpoint to train (e.g. Qwen2.5-7B-Instruct)")
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
+    if (args.plan or args.gpu_memory_gb) and not args.num_gpus:
+        p.error("--plan and --gpu-memory-gb are for GPU runs: give --num-gpus (and --model)")
+    if args.plan:
+        cfg = use_engine(gpu_config(), args.engine)
+        print(cfg.plan(args.gpu_memory_gb or cfg.debugging_cfg.gpu_memory_gb).table())
+        raise SystemExit(0)
     init_ray(args.num_gpus)
     if args.num_gpus:
         cfg, iterations = use_engine(gpu_config(), args.engine), args.iterations or gpu_iterations
+        if args.gpu_memory_gb:
+            cfg = cfg.debugging(gpu_memory_gb=args.gpu_memory_gb)
     else:
         cfg, iterations = cpu_config(), args.iterations or cpu_iterations
     return train(cfg, iterations, args.out or RUNS / name, metric)

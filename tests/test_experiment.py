@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from memrl.algorithms import DAPOConfig
+from memrl.algorithms import DAPOConfig, PPOConfig
 from memrl.episode import Trajectory
 from memrl.experiment import (
     budget_table,
@@ -71,6 +71,17 @@ def test_gpu_presets_split_the_gpus_and_share_a_single_one(num_gpus, learners, e
     assert cfg.weight_sync_backend() == backend
     with pytest.raises(ValueError, match="num_gpus must be >= 1"):
         size_for_gpus(cfg, 0)
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2, 3, 4, 5, 8, 16, 32, 64])
+def test_a_ppo_preset_asks_for_the_gpus_it_is_given(num_gpus):
+    cfg = size_for_gpus(PPOConfig().learners(model_path="/ckpt"), num_gpus)
+    assert cfg.resources()[0]["GPU"] == pytest.approx(num_gpus)
+    learn, run = cfg.learners_cfg, cfg.env_runners_cfg
+    # As many critic learners as policy learners, each a GPU (or half of one, beside its policy learner).
+    assert learn.num_learners * learn.num_gpus_per_learner * 2 + run.num_engines * run.num_gpus_per_engine == (
+        pytest.approx(num_gpus))
+    assert learn.gradient_checkpointing and run.num_engines >= 1
 
 
 def test_a_gpu_preset_can_be_served_by_the_torch_engine():

@@ -163,7 +163,7 @@ class Learner:
         torch.manual_seed(config.seed)
 
         train_ds = deepspeed_config(config, train=True)
-        model, opt = self._load_model(), config.optimizer
+        model, opt = self._trained_model(), config.optimizer
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps, weight_decay=opt.weight_decay
         )
@@ -199,6 +199,14 @@ class Learner:
                 attn_implementation=self.config.learners.attn_implementation,
             )
         model.config.use_cache = False
+        return model
+
+    def _trained_model(self) -> torch.nn.Module:
+        """The model this rank trains, with gradient checkpointing when the learners ask for it (non-reentrant: it
+        recomputes under ZeRO-3's gathered parameters and with inputs that need no gradient)."""
+        model = self._load_model()
+        if self.config.learners.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return model
 
     def _max_over_ranks(self, value: int) -> int:

@@ -213,7 +213,9 @@ def test_train_rows_are_checked_before_any_rank_runs():
 
 @pytest.fixture(scope="module")
 def group(ray_session, tiny_checkpoint):
-    g = LearnerGroup(_config(tiny_checkpoint, num_learners=2))
+    """Two ZeRO-3 ranks with gradient checkpointing, as the GPU presets train: every figure below must equal the
+    plain model's on one process."""
+    g = LearnerGroup(_config(tiny_checkpoint, num_learners=2, gradient_checkpointing=True))
     yield g
     g.shutdown()
 
@@ -300,6 +302,11 @@ TRAIN_SHAPES = [
 
 @pytest.mark.slow
 def test_train_step_equals_single_process_full_batch(group, tiny_checkpoint):
+    import ray
+
+    # The ranks recompute each layer in backward (the group's config); the figures are the plain model's all the same.
+    assert all(ray.get([a.__ray_call__.remote(lambda self: self.engine.module.is_gradient_checkpointing)
+                        for a in group.learners], timeout=60))
     _check_train_steps_match_single_process(group, _config(tiny_checkpoint), TRAIN_SHAPES)
 
 

@@ -67,7 +67,9 @@ def test_paper_preset_sized_for_gpus_on_the_original_files():
                                               "data_dir": "/data/webshop"}
     assert cfg.evaluation_cfg.evaluation_env_config == {"split": "test"}
     assert cfg.env_runners_cfg.workflow == "webshop_mem1" and cfg.env_runners_cfg.workflow_config == {}
-    assert cfg.learners_cfg.num_learners == 2 and cfg.env_runners_cfg.num_engines == 2
+    # 4 GPUs: a policy learner, a critic learner and two engines.
+    assert cfg.learners_cfg.num_learners == 1 and cfg.env_runners_cfg.num_engines == 2
+    assert cfg.resources()[0]["GPU"] == 4
     react = mem1_webshop_ppo.config(workflow="webshop_react")
     assert react.env_runners_cfg.workflow == "webshop_react"
     assert react.learners_cfg.model_path == str(warm_start("webshop_react"))

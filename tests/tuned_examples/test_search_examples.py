@@ -30,7 +30,10 @@ def test_paper_presets_sized_for_gpus(example, workflow, reward, turns):
                                               "retriever": "http://127.0.0.1:8000/retrieve"}
     assert cfg.env_runners_cfg.workflow == workflow and cfg.env_runners_cfg.max_calls_per_episode == turns
     assert "template" not in cfg.env_runners_cfg.workflow_config  # the paper's prompt
-    assert cfg.learners_cfg.num_learners == 4 and cfg.env_runners_cfg.num_engines == 4
+    # 8 GPUs asked for, 8 given: PPO's critic learners come out of the training half.
+    learners = 2 if cfg.has_critic else 4
+    assert cfg.learners_cfg.num_learners == learners and cfg.env_runners_cfg.num_engines == 4
+    assert cfg.resources()[0]["GPU"] == 8
 
 
 def test_paper_presets_without_data_files_use_the_synthetic_encyclopedia_and_bm25():
