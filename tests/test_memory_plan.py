@@ -2,10 +2,7 @@
 narrow Qwen2 models, and plans of 7B configs that do and do not fit."""
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,12 +141,19 @@ def test_build_on_gpus_too_small_fails_within_seconds_naming_the_figures(tmp_pat
         config.debugging(gpu_memory_gb=0).validate()
 
 
-def test_an_example_prints_its_gpu_presets_plan(tmp_path):
-    root = Path(__file__).resolve().parents[1]
+def test_an_example_prints_its_gpu_presets_plan(tmp_path, monkeypatch, capsys):
+    from memrl_tuned_examples import memagent_dapo
+
     model = _checkpoint(tmp_path, QWEN25_7B)
-    proc = subprocess.run([sys.executable, str(root / "tuned_examples" / "memagent_dapo.py"), "--model", model,
-                           "--num-gpus", "8", "--gpu-memory-gb", "80", "--plan"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("learner (1 GPU each)") and "engine (1 GPU each)" in proc.stdout
-    assert "of 80.0 GB: fits" in proc.stdout
+    monkeypatch.setattr("sys.argv", ["memagent_dapo.py", "--model", model, "--num-gpus", "8", "--gpu-memory-gb", "80",
+                                     "--plan"])
+    with pytest.raises(SystemExit) as exit_:
+        memagent_dapo.main()
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert out.startswith("learner (1 GPU each)") and "engine (1 GPU each)" in out
+    assert "of 80.0 GB: fits" in out
+    monkeypatch.setattr("sys.argv", ["memagent_dapo.py", "--plan"])
+    with pytest.raises(SystemExit):
+        memagent_dapo.main()
+    assert "--plan and --gpu-memory-gb are for GPU runs" in capsys.readouterr().err

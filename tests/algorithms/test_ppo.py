@@ -101,7 +101,7 @@ def test_config_names_bad_values(tiny_checkpoint):
 def _mem1_config(checkpoint) -> PPOConfig:
     return (PPOConfig()
             .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 4})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=3, workflow="mem1",
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=3, workflow="mem1",
                          workflow_config={"memory_tokens": 24}, engine="torch", max_tokens=12)
             .learners(model_path=str(checkpoint), num_learners=1, token_budget=4096)
             .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=6, num_minibatches=2)
@@ -115,8 +115,7 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     straight = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 2; the run goes on as if it had not saved
     straight.append(algo.train())
-    for actor in [*algo.engines, *algo.learner_group.learners, *algo.critic_group.learners,
-                  *algo.env_runner_group.runners]:
+    for actor in [*algo.engines, *algo.learner_group.learners, *algo.critic_group.learners]:
         ray.kill(actor)
     algo.learner_group.shutdown()
     algo.critic_group.shutdown()
@@ -130,8 +129,9 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     assert math.isfinite(learners["pg_loss"]) and learners["grad_norm"] > 0
     assert straight[-1]["learners"]["critic_vf_loss"] != learners["critic_vf_loss"]
 
-    # After every actor was killed, a new algorithm restores policy, critic and runners and does the third
-    # iteration exactly as the uninterrupted run did.
+    # After every actor was killed, a new algorithm restores policy, critic and the runners (in this process here;
+    # runner actors are restored in tests/algorithms/test_algorithm.py) and does the third iteration exactly as the
+    # uninterrupted run did.
     algo = _mem1_config(tiny_checkpoint).build()
     algo.restore_from_path(path)
     resumed = algo.train()

@@ -2,13 +2,12 @@
 GRPO run of the CPU default from the shipped warm-start with the shipped frozen answerer."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from transformers import AutoModelForCausalLM
 
 from memrl.experiment import train, use_engine
+from memrl_tuned_examples import memalpha_grpo
 from memrl_tuned_examples.memalpha_grpo import PAPER, config, paper_config
 from memrl_tuned_examples.tasks.memalpha import ANSWERER, WARM_START, WRITERS
 
@@ -32,10 +31,11 @@ def test_paper_preset_sized_for_gpus():
     (["--num-gpus", "1", "--model", "/ckpt", "--answerer", "/ckpt/Qwen3-32B"], "leaves no GPU for the policy"),
     (["--num-gpus", "2", "--model", "/ckpt", "--answerer", "/ckpt/a", "--writer", "mem1"], "picks a CPU baseline"),
 ])
-def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, message):
-    run = subprocess.run([sys.executable, "tuned_examples/memalpha_grpo.py", *args], capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 2 and message in run.stderr
+def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, message, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["memalpha_grpo.py", *args])
+    with pytest.raises(SystemExit) as exit_:
+        memalpha_grpo.main()
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.slow
