@@ -25,6 +25,7 @@ from memrl.cluster import ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.console import VERBOSE_ENV
 from memrl.engines import ENGINES
+from memrl.memory_plan import fit_token_budget, local_gpu_memory_gb
 from memrl.models import tiny
 from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.stats import eval_summary, paired_interval, reward_interval
@@ -121,6 +122,15 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
             .debugging(check_resources=False))
 
 
+def gpu_preset(config: AlgorithmConfig, gpu_memory_gb: float | None) -> AlgorithmConfig:
+    """A GPU preset on GPUs of `gpu_memory_gb` GB (None: unknown, left as it is): the learners' micro-batches
+    halved until the memory plan fits (memrl.memory_plan.fit_token_budget), and the size kept in
+    debugging.gpu_memory_gb, which build() checks the whole plan against."""
+    if gpu_memory_gb is None:
+        return config
+    return fit_token_budget(config, gpu_memory_gb).debugging(gpu_memory_gb=gpu_memory_gb)
+
+
 def use_engine(config: AlgorithmConfig, engine: str) -> AlgorithmConfig:
     """A GPU preset served by `engine` (--engine): the presets are written for vLLM; the reference TorchEngine
     keeps their dtype and max_model_len, and vLLM's KV-cache size does not apply to it."""
@@ -141,15 +151,20 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         os.environ[VERBOSE_ENV] = "1"
     if (args.plan or args.gpu_memory_gb) and not args.num_gpus:
         p.error("--plan and --gpu-memory-gb are for GPU runs: give --num-gpus (and --model)")
-    if args.plan:
-        cfg = use_engine(gpu_config(), args.engine)
-        print(cfg.plan(args.gpu_memory_gb or cfg.debugging_cfg.gpu_memory_gb).table())
-        raise SystemExit(0)
+    if args.num_gpus:
+        preset, gpu_memory_gb = use_engine(gpu_config(), args.engine), args.gpu_memory_gb or local_gpu_memory_gb()
+        try:
+            cfg = gpu_preset(preset, gpu_memory_gb)
+        except ValueError as e:
+            if args.plan:
+                print(preset.plan(gpu_memory_gb).table())
+            p.error(str(e))
+        if args.plan:
+            print(cfg.plan(gpu_memory_gb).table())
+            raise SystemExit(0)
     init_ray(args.num_gpus)
     if args.num_gpus:
-        cfg, iterations = use_engine(gpu_config(), args.engine), args.iterations or gpu_iterations
-        if args.gpu_memory_gb:
-            cfg = cfg.debugging(gpu_memory_gb=args.gpu_memory_gb)
+        iterations = args.iterations or gpu_iterations
     else:
         cfg, iterations = cpu_config(), args.iterations or cpu_iterations
     return train(cfg, iterations, args.out or RUNS / name, metric)

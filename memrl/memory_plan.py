@@ -301,3 +301,23 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
                              "env_runners.engine_config kv_cache_bytes, tensor_parallel_size or "
                              "env_runners.num_gpus_per_engine"))
     return MemoryPlan(None if gpu_memory_gb is None else gpu_memory_gb * GB, needs)
+
+
+def fit_token_budget(cfg, gpu_memory_gb: float, shape: ModelShape | None = None):
+    """`cfg` with learners.token_budget halved until every learner's plan fits its share of a GPU of
+    `gpu_memory_gb` GB, down to the longest row the engine serves (env_runners.engine_config max_model_len, else
+    the model's context): a micro-batch must hold one row. Raises ValueError with the plan's figures when even that
+    does not fit (the ZeRO state needs more learners, i.e. more GPUs, or a larger GPU). Engines are not resized."""
+    shape = shape or ModelShape.from_checkpoint(cfg.learners_cfg.model_path)
+    engine_config = cfg.env_runners_cfg.engine_config or {}
+    floor = min(cfg.learners_cfg.token_budget, int(engine_config.get("max_model_len") or shape.max_positions))
+    budget = cfg.learners_cfg.token_budget
+    while True:
+        fitted = cfg.copy().learners(token_budget=budget)
+        problems = [p for p in plan(fitted, gpu_memory_gb, shape).problems() if "learner" in p.split(" needs ")[0]]
+        if not problems:
+            return fitted
+        if budget // 2 < floor:
+            raise ValueError(f"the learners do not fit GPUs of {gpu_memory_gb:g} GB even at learners.token_budget="
+                             f"{budget} (one row of {floor} tokens): " + "; ".join(problems))
+        budget //= 2
