@@ -211,17 +211,20 @@ class MemoryPlan:
             return None
         return self.gpu_memory_bytes * min(need.gpus, 1.0)
 
+    def misfits(self) -> list[GpuNeed]:
+        """The actors whose needs exceed their share of a GPU (none when the GPU's size is not known)."""
+        return [need for need in self.needs if (budget := self.budget(need)) is not None and need.total > budget]
+
     def problems(self) -> list[str]:
         """One sentence per actor that does not fit its share, with the figures and the settings to change."""
         out = []
-        for need in self.needs:
+        for need in self.misfits():
             budget = self.budget(need)
-            if budget is not None and need.total > budget:
-                largest = sorted(need.parts.items(), key=lambda kv: -kv[1])[:3]
-                out.append(f"each {need.name} needs {need.total / GB:.1f} GB of GPU memory but has "
-                           f"{budget / GB:.1f} GB ({min(need.gpus, 1.0):g} of a {self.gpu_memory_bytes / GB:.0f} GB "
-                           f"GPU); most of it: " + ", ".join(f"{k} {v / GB:.1f} GB" for k, v in largest)
-                           + f". Change {need.settings}")
+            largest = sorted(need.parts.items(), key=lambda kv: -kv[1])[:3]
+            out.append(f"each {need.name} needs {need.total / GB:.1f} GB of GPU memory but has "
+                       f"{budget / GB:.1f} GB ({min(need.gpus, 1.0):g} of a {self.gpu_memory_bytes / GB:.0f} GB "
+                       f"GPU); most of it: " + ", ".join(f"{k} {v / GB:.1f} GB" for k, v in largest)
+                       + f". Change {need.settings}")
         return out
 
     @property
@@ -252,16 +255,21 @@ def _response_tokens(cfg, token_budget: int, context: int) -> int:
     return min(token_budget, rows * calls * run.sampling.max_tokens)
 
 
+def _context(cfg, shape: ModelShape) -> int:
+    """The longest row: the engine's max_model_len when the config sets it, else the model's context."""
+    return int((cfg.env_runners_cfg.engine_config or {}).get("max_model_len") or shape.max_positions)
+
+
 def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = None) -> MemoryPlan:
-    """The memory plan of an AlgorithmConfig `cfg` (an SFTConfig has no engines) on GPUs of `gpu_memory_gb` GB
+    """The memory plan of an AlgorithmConfig `cfg` on GPUs of `gpu_memory_gb` GB
     each (None: figures only, nothing checked). `shape` defaults to the config.json of learners.model_path."""
     learners, run = cfg.learners_cfg, cfg.env_runners_cfg
     shape = shape or ModelShape.from_checkpoint(learners.model_path)
     e = 2 if learners.dtype == "bfloat16" else 4
     n, stage, budget = learners.num_learners, learners.zero_stage, learners.token_budget
-    engine_config = dict(getattr(run, "engine_config", {}) or {})
-    context = int(engine_config.get("max_model_len") or shape.max_positions)
-    response = _response_tokens(cfg, budget, context) if run is not None else budget
+    engine_config = dict(run.engine_config or {})
+    context = _context(cfg, shape)
+    response = _response_tokens(cfg, budget, context)
     training = cfg.training_cfg
     loss = getattr(training, "loss", None)
     entropy_grad = bool(loss is not None and getattr(loss, "entropy_coef", 0.0))
@@ -286,7 +294,7 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
     needs = [learner("lm", "learner", reference=bool(loss is not None and loss.kl_coef > 0))]
     if getattr(cfg, "has_critic", False):
         needs.append(learner("value", "critic learner", reference=False))
-    if run is not None and getattr(run, "num_engines", 0) and run.engine == "vllm":
+    if run.num_engines and run.engine == "vllm":
         tp = int(engine_config.get("tensor_parallel_size", 1))
         ee = 2 if str(engine_config.get("dtype", learners.dtype)) in ("bfloat16", "float16", "half") else 4
         tokens = int(engine_config.get("max_num_batched_tokens", VLLM_MAX_BATCHED_TOKENS))
@@ -309,14 +317,14 @@ def fit_token_budget(cfg, gpu_memory_gb: float, shape: ModelShape | None = None)
     the model's context): a micro-batch must hold one row. Raises ValueError with the plan's figures when even that
     does not fit (the ZeRO state needs more learners, i.e. more GPUs, or a larger GPU). Engines are not resized."""
     shape = shape or ModelShape.from_checkpoint(cfg.learners_cfg.model_path)
-    engine_config = cfg.env_runners_cfg.engine_config or {}
-    floor = min(cfg.learners_cfg.token_budget, int(engine_config.get("max_model_len") or shape.max_positions))
     budget = cfg.learners_cfg.token_budget
+    floor = min(budget, _context(cfg, shape))
     while True:
         fitted = cfg.copy().learners(token_budget=budget)
-        problems = [p for p in plan(fitted, gpu_memory_gb, shape).problems() if "learner" in p.split(" needs ")[0]]
-        if not problems:
+        fitted_plan = plan(fitted, gpu_memory_gb, shape)
+        if all(need.name == "engine" for need in fitted_plan.misfits()):
             return fitted
+        problems = [p for p in fitted_plan.problems() if not p.startswith("each engine ")]
         if budget // 2 < floor:
             raise ValueError(f"the learners do not fit GPUs of {gpu_memory_gb:g} GB even at learners.token_budget="
                              f"{budget} (one row of {floor} tokens): " + "; ".join(problems))
