@@ -102,7 +102,7 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
     NCCL takes one rank per GPU)."""
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1 for a GPU preset, got {num_gpus}")
-    critic = getattr(config, "has_critic", False)
+    critic = config.has_critic
     if num_gpus == 1:
         learners, per_learner, engines, per_engine = 1, (1 / 3 if critic else 0.5), 1, (1 / 3 if critic else 0.5)
     else:

@@ -251,7 +251,7 @@ def _response_tokens(cfg, token_budget: int, context: int) -> int:
     (every call of the episode when trajectories are stitched into one row)."""
     run, train = cfg.env_runners_cfg, cfg.training_cfg
     rows = max(1, token_budget // max(1, context))
-    calls = run.max_calls_per_episode if getattr(train, "stitch_trajectories", False) else 1
+    calls = run.max_calls_per_episode if train.stitch_trajectories else 1
     return min(token_budget, rows * calls * run.sampling.max_tokens)
 
 
@@ -271,8 +271,8 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
     context = _context(cfg, shape)
     response = _response_tokens(cfg, budget, context)
     training = cfg.training_cfg
-    loss = getattr(training, "loss", None)
-    entropy_grad = bool(loss is not None and getattr(loss, "entropy_coef", 0.0))
+    loss = training.loss
+    entropy_grad = loss.entropy_coef > 0
     checkpointing = learners.gradient_checkpointing
 
     def learner(head: str, name: str, reference: bool) -> GpuNeed:
@@ -291,8 +291,8 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
                        "learners.num_learners (ZeRO shares), learners.token_budget (activations), "
                        "learners.gradient_checkpointing or learners.num_gpus_per_learner")
 
-    needs = [learner("lm", "learner", reference=bool(loss is not None and loss.kl_coef > 0))]
-    if getattr(cfg, "has_critic", False):
+    needs = [learner("lm", "learner", reference=loss.kl_coef > 0)]
+    if cfg.has_critic:
         needs.append(learner("value", "critic learner", reference=False))
     if run.num_engines and run.engine == "vllm":
         tp = int(engine_config.get("tensor_parallel_size", 1))
