@@ -78,7 +78,7 @@ class Settings:
 
 
 QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens=8, rollout_repeats=1, sync_repeats=5,
-                 sync_sizes_mb=(8, 16), sync_size_repeats=2,
+                 sync_sizes_mb=(8,), sync_size_repeats=2,
                  num_trajectories=32, serialization_repeats=2, iterations=2, tasks_per_iteration=2, group_size=4,
                  envs_per_runner=4)
 """--quick: every section runs, on small sizes (what the test uses)."""

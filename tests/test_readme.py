@@ -28,7 +28,9 @@ def _block(starting: str) -> str:
 @pytest.mark.slow
 def test_using_it_trains_and_saves_from_a_fresh_process(tiny_checkpoint, tmp_path):
     code = _block("from memrl.algorithms import DAPOConfig")
-    for old, new in [("/path/to/hf-checkpoint", str(tiny_checkpoint)), ("range(10)", "range(1)")]:
+    # One iteration of two groups: the block's engine, two learners and two runners all take part in it.
+    for old, new in [("/path/to/hf-checkpoint", str(tiny_checkpoint)), ("range(10)", "range(1)"),
+                     ("tasks_per_iteration=16", "tasks_per_iteration=2")]:
         assert old in code
         code = code.replace(old, new)
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
