@@ -21,6 +21,7 @@ import psutil
 
 from memrl_benchmarks.common import elapsed_log, machine, parser, write
 from memrl.cluster import ensure_ray
+from memrl.experiment import use_engine
 from memrl.stats import eval_summary, paired_interval
 from memrl_tuned_examples import memagent_dapo
 from memrl_tuned_examples.tasks.memagent import NUM_DOCS
@@ -29,7 +30,7 @@ MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""
 QUICK_BATCH = {"tasks_per_iteration": 2, "group_size": 4}
 """--quick: a batch small enough that an iteration takes seconds, at 10 documents (the main job's is 8 x 8 at 40),
-trained by one learner (the main job's two)."""
+trained by one learner (the main job's two) and served by the torch engine (the main job's vLLM)."""
 
 
 def busy_cpu_s() -> float:
@@ -44,12 +45,12 @@ def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list 
              quick: bool = False) -> tuple[dict, list]:
     """Train the main job's config at `max_staleness` for `budget_s` seconds, then evaluate; returns its figures and
     the starting policy's held-out trajectories (sampled here when `before` is None). `quick` trains on QUICK_BATCH
-    with one learner and evaluates at the base length only."""
+    with one learner and the torch engine."""
     config = (memagent_dapo.config(num_docs=NUM_DOCS if quick else None)
               .training(max_staleness=max_staleness, **(QUICK_BATCH if quick else {}))
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
     if quick:
-        config = config.learners(num_learners=1)
+        config = use_engine(config, "torch").learners(num_learners=1)
     algo = config.build()
     if before is None:
         log("evaluating the starting policy")

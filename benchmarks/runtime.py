@@ -73,14 +73,16 @@ class Settings:
     """Echo DAPO trajectories per task."""
     envs_per_runner: int = 8
     """Echo DAPO envs per env runner."""
+    learners: int = 2
+    """Echo DAPO learners (the example's two)."""
     seed: int = 0
     """Seeds prompts, sampling and the synthetic episodes."""
 
 
 QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens=8, rollout_repeats=1, sync_repeats=5,
                  sync_sizes_mb=(8,), sync_size_repeats=2,
-                 num_trajectories=32, serialization_repeats=2, iterations=2, tasks_per_iteration=2, group_size=4,
-                 envs_per_runner=4)
+                 num_trajectories=32, serialization_repeats=2, iterations=1, tasks_per_iteration=2, group_size=4,
+                 envs_per_runner=4, learners=1)
 """--quick: every section runs, on small sizes (what the test uses)."""
 
 
@@ -469,6 +471,7 @@ def bench_iterations(model_path: str, settings: Settings) -> dict[str, Any]:
 
     config = (echo_dapo.config(model_path)
               .env_runners(num_envs_per_env_runner=settings.envs_per_runner)
+              .learners(num_learners=settings.learners)
               .training(tasks_per_iteration=settings.tasks_per_iteration, group_size=settings.group_size)
               .debugging(seed=settings.seed, wandb_project=None))
     algo = config.build()
