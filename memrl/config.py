@@ -68,7 +68,8 @@ class EnvRunnersConfig:
     engine_config: dict = field(default_factory=dict)
     """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM)."""
     num_gpus_per_engine: float = 0.0
-    """GPUs each engine actor reserves (0 on CPU machines)."""
+    """GPUs each engine actor reserves (0 on CPU machines): a share of one (engines beside learners on a GPU), or N
+    whole GPUs over which a vLLM engine splits the model by tensor parallelism (tensor_parallel_size N)."""
     num_cpus_per_engine: int = 1
     """CPUs each engine actor reserves; Ray sets its OMP_NUM_THREADS to the same, so a CPU engine computes on as
     many threads. Raise it where the engine has cores to itself (e.g. synchronous training on a small machine)."""
@@ -429,6 +430,11 @@ class AlgorithmConfig(_Config):
             "training.dynamic_sampling_max_rounds": train.dynamic_sampling_max_rounds,
             "evaluation.evaluation_num_tasks": self.evaluation_cfg.evaluation_num_tasks,
         }
+        gpus = run.num_gpus_per_engine
+        if not (0 <= gpus <= 1 or gpus == int(gpus)):
+            raise ValueError(f"env_runners.num_gpus_per_engine={gpus!r} is not allowed; it must be a share of one GPU "
+                             "(0 to 1) or a whole number of GPUs, over which the engine splits the model (one "
+                             "tensor-parallel worker each)")
         for setting, custom in (("learners.resources_per_learner", learn.resources_per_learner),
                                 ("env_runners.resources_per_engine", run.resources_per_engine),
                                 ("env_runners.resources_per_env_runner", run.resources_per_env_runner)):

@@ -25,7 +25,7 @@ from memrl.cluster import ensure_ray
 from memrl.config import AlgorithmConfig
 from memrl.console import VERBOSE_ENV
 from memrl.engines import ENGINES
-from memrl.memory_plan import fit_token_budget, local_gpu_memory_gb
+from memrl.memory_plan import fit_engines, fit_token_budget, local_gpu_memory_gb
 from memrl.models import tiny
 from memrl.algorithms.sft import SUMMARY_FILE
 from memrl.stats import eval_summary, paired_interval, reward_interval
@@ -123,12 +123,13 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
 
 
 def gpu_preset(config: AlgorithmConfig, gpu_memory_gb: float | None) -> AlgorithmConfig:
-    """A GPU preset on GPUs of `gpu_memory_gb` GB (None: unknown, left as it is): the learners' micro-batches
-    halved until the memory plan fits (memrl.memory_plan.fit_token_budget), and the size kept in
-    debugging.gpu_memory_gb, which build() checks the whole plan against."""
+    """A GPU preset on GPUs of `gpu_memory_gb` GB (None: unknown, left as it is): engines too large for one GPU split
+    over 2, 4 or 8 (tensor parallel, memrl.memory_plan.fit_engines), the learners' micro-batches halved until the
+    memory plan fits (fit_token_budget), and the size kept in debugging.gpu_memory_gb, which build() checks the whole
+    plan against."""
     if gpu_memory_gb is None:
         return config
-    return fit_token_budget(config, gpu_memory_gb).debugging(gpu_memory_gb=gpu_memory_gb)
+    return fit_token_budget(fit_engines(config, gpu_memory_gb), gpu_memory_gb).debugging(gpu_memory_gb=gpu_memory_gb)
 
 
 def use_engine(config: AlgorithmConfig, engine: str) -> AlgorithmConfig:

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memrl.engines import tensor_parallel_size
+
 GB = 1e9
 """Memory figures are given in GB (10^9 bytes), as GPU makers state them (an A100 40 GB, an H200 141 GB)."""
 
@@ -295,7 +297,7 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
     if cfg.has_critic:
         needs.append(learner("value", "critic learner", reference=False))
     if run.num_engines and run.engine == "vllm":
-        tp = int(engine_config.get("tensor_parallel_size", 1))
+        tp = tensor_parallel_size(run.num_gpus_per_engine)
         ee = 2 if str(engine_config.get("dtype", learners.dtype)) in ("bfloat16", "float16", "half") else 4
         tokens = int(engine_config.get("max_num_batched_tokens", VLLM_MAX_BATCHED_TOKENS))
         seqs = int(engine_config.get("max_num_seqs", VLLM_MAX_SEQS))
@@ -306,8 +308,8 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
         if engine_config.get("enforce_eager", True) is False:
             parts["CUDA graphs"] = CUDA_GRAPH_POOL_BYTES
         needs.append(GpuNeed("engine", parts, run.num_gpus_per_engine / tp,
-                             "env_runners.engine_config kv_cache_bytes, tensor_parallel_size or "
-                             "env_runners.num_gpus_per_engine"))
+                             "env_runners.engine_config kv_cache_bytes or env_runners.num_gpus_per_engine "
+                             "(tensor parallel)"))
     return MemoryPlan(None if gpu_memory_gb is None else gpu_memory_gb * GB, needs)
 
 
@@ -329,3 +331,24 @@ def fit_token_budget(cfg, gpu_memory_gb: float, shape: ModelShape | None = None)
             raise ValueError(f"the learners do not fit GPUs of {gpu_memory_gb:g} GB even at learners.token_budget="
                              f"{budget} (one row of {floor} tokens): " + "; ".join(problems))
         budget //= 2
+
+
+GPUS_PER_NODE = 8
+"""Most GPUs one tensor-parallel engine spans: its workers talk over the node's own links."""
+
+
+def fit_engines(cfg, gpu_memory_gb: float, shape: ModelShape | None = None):
+    """`cfg` with its engines' GPUs regrouped into engines of twice as many GPUs (tensor_parallel_size 2, 4, 8: each
+    worker holds a share of the weights) until an engine fits its GPUs of `gpu_memory_gb` GB, keeping the GPUs the
+    engines reserve in all and two env runners per engine. Engines on shares of one GPU, or whose GPUs cannot be
+    regrouped further, are left as they are (the plan then names them)."""
+    shape = shape or ModelShape.from_checkpoint(cfg.learners_cfg.model_path)
+    run = cfg.env_runners_cfg
+    total, tp = run.num_engines * run.num_gpus_per_engine, tensor_parallel_size(run.num_gpus_per_engine)
+    while any(need.name == "engine" for need in plan(cfg, gpu_memory_gb, shape).misfits()):
+        if run.num_gpus_per_engine < 1 or total % (2 * tp) or 2 * tp > GPUS_PER_NODE:
+            return cfg
+        tp *= 2
+        cfg = cfg.copy().env_runners(num_engines=int(total // tp), num_gpus_per_engine=tp,
+                                     num_env_runners=2 * int(total // tp))
+    return cfg

@@ -1,6 +1,8 @@
 """Bucketed broadcast of model weights from learner rank 0 to inference engines.
 
-The group lives outside DeepSpeed's world: rank 0 is the learner, ranks 1..N are engines. Every tensor travels on its
+The group lives outside DeepSpeed's world: rank 0 is the learner, the other ranks are the engines' workers that hold
+weights (one for the torch engine, a tensor-parallel vLLM engine's TP x PP workers; `group_layout`), each of which
+receives the whole tensors and keeps its own shard of them. Every tensor travels on its
 own, with no staging copy; a bucket is how much the learner gathers from its ZeRO-3 shards at a time and how much a
 receiver that copies (vLLM's reload) stages at a time.
 NCCL where every rank holds a GPU of its own, gloo otherwise (CPUs, or CUDA tensors of ranks sharing a GPU, which
@@ -14,7 +16,7 @@ broadcasts and take 2.9 ms as sends, and 125 tensors of 4 MB took 165-176 ms as 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from itertools import accumulate
 
@@ -50,6 +52,17 @@ def init_group(host: str, port: int, rank: int, world_size: int, backend: str, t
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timeout
     return dist.ProcessGroupNCCL(store, rank, world_size, opts)
+
+
+def group_layout(ranks_per_engine: Sequence[int]) -> tuple[int, list[int]]:
+    """The weight-sync group of learner rank 0 and engines that take `ranks_per_engine[i]` ranks each: its world size
+    and each engine's first rank. Engine i's workers take first[i], first[i] + 1, ... in the engine's own worker order,
+    so no two workers of different engines share a rank whatever their tensor-parallel sizes."""
+    bad = [n for n in ranks_per_engine if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+    if bad:
+        raise ValueError(f"an engine takes at least one weight-sync rank (one per worker holding weights), got {bad}")
+    firsts = list(accumulate(ranks_per_engine, initial=1))
+    return firsts[-1], firsts[:-1]
 
 
 def metas_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> list[TensorMeta]:

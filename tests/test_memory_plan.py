@@ -11,7 +11,8 @@ from transformers import AutoModelForTokenClassification, LlamaConfig, LlamaForC
 
 from memrl.algorithms import DAPOConfig, PPOConfig
 from memrl.learner.batching import pad_rows
-from memrl.memory_plan import GB, ModelShape, activation_bytes, layer_activation_bytes, saved_tensor_bytes
+from memrl.memory_plan import (GB, ModelShape, activation_bytes, fit_engines, layer_activation_bytes,
+                               saved_tensor_bytes)
 
 QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
              "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
@@ -157,3 +158,33 @@ def test_an_example_prints_its_gpu_presets_plan(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         memagent_dapo.main()
     assert "--plan and --gpu-memory-gb are for GPU runs" in capsys.readouterr().err
+
+
+QWEN25_32B = {**QWEN25_7B, "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 40,
+              "num_key_value_heads": 8, "intermediate_size": 27648}
+"""Qwen2.5-32B-Instruct's sizes: its bfloat16 weights alone (65 GB) leave an 80 GB GPU too little for the KV cache."""
+
+
+def test_engines_too_large_for_one_gpu_split_over_more_by_tensor_parallelism(tmp_path):
+    from memrl.engines import tensor_parallel_size
+
+    config = _dapo_7b(_checkpoint(tmp_path, QWEN25_32B), num_learners=8, checkpointing=True).env_runners(
+        num_engines=4, num_env_runners=8)
+    (problem,) = [p for p in config.plan(gpu_memory_gb=80).problems() if p.startswith("each engine")]
+    assert "weights 65.5 GB" in problem and "env_runners.num_gpus_per_engine (tensor parallel)" in problem
+    fitted = fit_engines(config, 80)
+    run = fitted.env_runners_cfg
+    assert (run.num_engines, run.num_gpus_per_engine, run.num_env_runners) == (2, 2, 4)  # the same 4 GPUs
+    assert fitted.resources()[0]["GPU"] == config.resources()[0]["GPU"] == 12
+    engine = fitted.plan(gpu_memory_gb=80).needs[-1]
+    assert engine.parts["weights"] == pytest.approx(config.plan(80).needs[-1].parts["weights"] / 2)  # a half each
+    assert not [n for n in fitted.plan(gpu_memory_gb=80).misfits() if n.name == "engine"]
+    assert fit_engines(config, 141).env_runners_cfg.num_gpus_per_engine == 1  # fits one larger GPU as it is
+    # Engines on a share of one GPU are not regrouped (the plan names them), nor are GPUs that do not halve.
+    shared = config.env_runners(num_engines=2, num_gpus_per_engine=0.5)
+    assert fit_engines(shared, 80).env_runners_cfg.num_gpus_per_engine == 0.5
+    odd = config.env_runners(num_engines=3)
+    assert fit_engines(odd, 80).env_runners_cfg.num_engines == 3
+    assert [tensor_parallel_size(g) for g in (0, 0.5, 1, 2, 4)] == [1, 1, 1, 2, 4]
+    with pytest.raises(ValueError, match=r"num_gpus_per_engine=1.5 is not allowed; .* a whole number of GPUs"):
+        config.environment("memrl/Echo-v0").env_runners(num_gpus_per_engine=1.5).validate()

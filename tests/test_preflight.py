@@ -74,6 +74,10 @@ BAD = {
                     "may not set 'seed'; memrl sets it from debugging.seed"),
     "engine tempered logprobs": (lambda c, p: c.env_runners(engine_config={"tempered_logprobs": True}),
                                  "may not set 'tempered_logprobs'; memrl sets it from training.tempered_logprobs"),
+    "engine tensor parallel size": (lambda c, p: c.env_runners(engine="vllm",
+                                                               engine_config={"tensor_parallel_size": 2}),
+                                    "may not set 'tensor_parallel_size'; memrl sets it from "
+                                    r"env_runners.num_gpus_per_engine \(one worker per GPU\)"),
     "model without tokenizer": (lambda c, p: c.learners(model_path=no_tokenizer(p)), "has no usable tokenizer"),
     "model path not a checkpoint": (lambda c, p: c.learners(model_path=str(p.parent)), "has no config.json"),
     "group of one": (lambda c, p: c.training(group_size=1),

@@ -1,5 +1,6 @@
 import multiprocessing as mp
 import socket
+import threading
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from memrl.weight_sync import (
     BucketReceiver,
     broadcast_recv,
     broadcast_send,
+    group_layout,
     init_group,
     metas_of,
     plan_buckets,
@@ -159,3 +161,73 @@ def test_receive_into_names_a_missing_or_mismatched_tensor_before_receiving():
         receive_into(None, {k: v for k, v in targets.items() if k != "a.weight"}, metas)
     with pytest.raises(ValueError, match=r"'c.weight' is \(4, 11\) torch.float32, the sender sends \(11, 4\)"):
         receive_into(None, {**targets, "c.weight": torch.zeros(4, 11)}, metas)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_engines_workers_take_ranks_after_the_learner_without_sharing_one(tp):
+    world, firsts = group_layout([tp, tp, tp])
+    assert world == 1 + 3 * tp and firsts == [1, 1 + tp, 1 + 2 * tp]
+    ranks = [first + worker for first in firsts for worker in range(tp)]
+    assert sorted(ranks) == list(range(1, world))  # every rank but the learner's 0, each once
+    assert group_layout([1, 4, 2]) == (8, [1, 2, 6])  # engines of different sizes
+    with pytest.raises(ValueError, match="at least one weight-sync rank"):
+        group_layout([2, 0])
+
+
+class _Broadcasting:
+    """A gloo group seen as an NCCL one is: without gloo's point-to-point path, so every tensor's trip is
+    `pg.broadcast(tensor, 0)`, the branch NCCL groups take on GPUs, here carried by gloo."""
+
+    def __init__(self, pg):
+        self.pg = pg
+
+    def broadcast(self, tensor, root):
+        return self.pg.broadcast(tensor, root)
+
+    def rank(self):
+        return self.pg.rank()
+
+    def size(self):
+        return self.pg.size()
+
+
+def _fake_tp_engine(port: int, first: int, workers: int, world: int, metas, bucket_bytes: int, broadcast: bool,
+                    queue) -> None:
+    """One engine whose `workers` tensor-parallel workers (threads here) join at first, first + 1, ... and each
+    receive every tensor, as a vLLM engine's workers do before each keeps its shard."""
+
+    def worker(rank: int) -> None:
+        pg = init_group("127.0.0.1", port, rank, world, "gloo", timeout_s=60)
+        queue.put((rank, _arrays(broadcast_recv(_Broadcasting(pg) if broadcast else pg, metas, bucket_bytes))))
+
+    threads = [threading.Thread(target=worker, args=(first + w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+
+
+@pytest.mark.parametrize("workers, broadcast", [((2, 1), False), ((1, 2), True)], ids=["gloo-sends", "broadcasts"])
+def test_every_worker_of_tensor_parallel_engines_receives_every_bucket(workers, broadcast):
+    """Two engines of 1 and 2 workers in processes of their own; the learner's sends (gloo's path) or broadcasts
+    (NCCL's path, carried by gloo) reach every worker whole, in buckets of mixed dtypes."""
+    tensors = _tensors()
+    metas = metas_of(tensors.items())
+    bucket_bytes = 64 * 4
+    world, firsts = group_layout(list(workers))
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_fake_tp_engine, args=(port, first, n, world, metas, bucket_bytes, broadcast, queue))
+             for first, n in zip(firsts, workers)]
+    for proc in procs:
+        proc.start()
+    pg = init_group("127.0.0.1", port, 0, world, "gloo", timeout_s=60)
+    broadcast_send(_Broadcasting(pg) if broadcast else pg, tensors, metas, bucket_bytes)
+    received = dict(queue.get(timeout=60) for _ in range(world - 1))
+    for proc in procs:
+        proc.join(timeout=30)
+    assert sorted(received) == list(range(1, world))
+    for rank, arrays in received.items():
+        for name, t in tensors.items():
+            assert torch.equal(_tensors_of(arrays)[name], t), (rank, name)

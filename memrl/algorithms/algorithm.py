@@ -18,7 +18,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from memrl import rendezvous
+from memrl import rendezvous, weight_sync
 from memrl.algorithms.prefetch import (PhaseClock, Prefetch, SampledBatch, SamplingAhead, load_batches,
                                       save_batches)
 from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
@@ -99,17 +99,21 @@ class Algorithm(EngineRecovery, Trainer):
                             tempered_logprobs=self.cfg.training_cfg.tempered_logprobs, **run.engine_config)
 
     def _init_weight_sync(self) -> None:
-        world = 1 + len(self.engines)
+        """Learner rank 0 and every engine worker that holds weights (weight_sync.group_layout) join one group."""
         backend = self.cfg.weight_sync_backend()
         learner_ip = self.learner_group.node_ip()
-        engine_ips = get([e.node_ip.remote() for e in self.engines], self.cfg.fault_tolerance_cfg.actor_start_timeout_s,
-                         "engines' node addresses", "fault_tolerance.actor_start_timeout_s")
-        host = rendezvous.group_host(learner_ip, engine_ips)
+        n = len(self.engines)
+        found = get([e.node_ip.remote() for e in self.engines] + [e.weight_sync_ranks.remote() for e in self.engines],
+                    self.cfg.fault_tolerance_cfg.actor_start_timeout_s, "engines' node addresses and workers",
+                    "fault_tolerance.actor_start_timeout_s")
+        world, first_ranks = weight_sync.group_layout(found[n:])
+        host = rendezvous.group_host(learner_ip, found[:n])
         port = self.learner_group.listen_weight_sync(host)  # held by rank 0 until the group forms: no port race
         learner_refs = self.learner_group.init_weight_sync(host, port, world, backend, wait=False)
-        engine_refs = [e.init_weight_sync.remote(host, port, 1 + i, world, backend) for i, e in enumerate(self.engines)]
+        engine_refs = [e.init_weight_sync.remote(host, port, first, world, backend)
+                       for e, first in zip(self.engines, first_ranks)]
         get(learner_refs + engine_refs, self.cfg.fault_tolerance_cfg.weight_sync_timeout_s,
-            f"joining the weight-sync group ({backend}, learner rank 0 and {len(self.engines)} engines)",
+            f"joining the weight-sync group ({backend}, learner rank 0 and {n} engines' {world - 1} workers)",
             "fault_tolerance.weight_sync_timeout_s")
         self._weight_metas = self.learner_group.weight_metas()
 

@@ -22,6 +22,11 @@ def engine_class(name: str) -> type:
     return ENGINES.get(name)
 
 
+def tensor_parallel_size(num_gpus: float) -> int:
+    """Workers an engine of `num_gpus` GPUs splits its model over: one per GPU, or one sharing a GPU (or on CPU)."""
+    return int(num_gpus) if num_gpus >= 1 else 1
+
+
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
                  resources: dict | None = None, placement: tuple | None = None, **engine_config):
     """An inference engine actor (an ENGINES name or "module:class") serving `model_path` on `num_cpus` CPUs (Ray
@@ -29,13 +34,18 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
     may run on); returns its handle at once.
 
     `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
-    without it the engine is outside any placement group the caller runs in."""
+    without it the engine is outside any placement group the caller runs in. An engine that takes a
+    `tensor_parallel_size` (vLLM) gets one worker per GPU."""
+    import inspect
+
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from memrl.engines.actor import EngineActor
 
     check_engine_name(engine)  # fails here, in the caller, rather than in the actor
+    if "tensor_parallel_size" in inspect.signature(engine_class(engine)).parameters:
+        engine_config = {**engine_config, "tensor_parallel_size": tensor_parallel_size(num_gpus)}
     pg, bundle = placement if placement is not None else (None, -1)
     actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(EngineActor).options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle))

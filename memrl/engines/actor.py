@@ -45,6 +45,9 @@ class EngineActor:
     def node_ip(self) -> str:
         return self.engine.node_ip()
 
+    def weight_sync_ranks(self) -> int:
+        return self.engine.weight_sync_ranks()
+
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         self.engine.init_weight_sync(host, port, rank, world_size, backend)
 

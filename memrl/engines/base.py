@@ -105,9 +105,15 @@ class InferenceEngine(ABC):
 
         return node_ip()
 
+    def weight_sync_ranks(self) -> int:
+        """Ranks this engine takes in the weight-sync group: one per process holding a copy or a shard of the weights
+        (a tensor-parallel engine's workers each receive the whole tensors and keep their shard)."""
+        return 1
+
     @abstractmethod
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
-        """Join the weight-sync process group whose rank 0 is the learner."""
+        """Join the weight-sync process group whose rank 0 is the learner, at ranks rank .. rank +
+        weight_sync_ranks() - 1."""
 
     @abstractmethod
     def receive_weights(self, metas: list[tuple[str, tuple[int, ...], str]], version: int, bucket_bytes: int) -> None:

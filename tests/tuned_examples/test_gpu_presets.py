@@ -76,3 +76,26 @@ def test_every_preset_fits_its_gpus_or_is_refused_naming_the_figures(tmp_path, e
     assert (16, 80) in fitting and (8, 80 if size == "3B" or "ppo" not in example else 141) in fitting
     shape = ModelShape.from_config(QWEN25[size])
     assert shape.num_params() == pytest.approx({"7B": 7.62e9, "3B": 3.09e9}[size], rel=0.01)
+
+
+GPU_INSTANCES = {"p5.48xlarge": (8, 80), "p4de.24xlarge": (8, 80), "p4d.24xlarge": (8, 40)}
+"""AWS instance types: (GPUs, GB of each)."""
+
+
+def test_the_cluster_files_gpu_nodes_hold_every_preset_at_the_readmes_size(tmp_path):
+    """cluster.yaml's GPU workers, as many as it lets the autoscaler start, hold every preset of a 7B model at the
+    GPU count the README submits (--num-gpus 16)."""
+    from pathlib import Path
+
+    import yaml
+
+    cluster = yaml.safe_load((Path(__file__).resolve().parents[2] / "cluster.yaml").read_text())
+    worker = cluster["available_node_types"]["gpu_worker"]
+    gpus_per_node, gpu_memory_gb = GPU_INSTANCES[worker["node_config"]["InstanceType"]]
+    assert worker["max_workers"] * gpus_per_node >= 16
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25["7B"]))
+    for example, preset in PRESETS.items():
+        cfg = gpu_preset(preset(16, str(tmp_path)), gpu_memory_gb)
+        assert cfg.plan(gpu_memory_gb).fits, example
+        # No engine or learner spans more GPUs than one node has.
+        assert max(cfg.env_runners_cfg.num_gpus_per_engine, cfg.learners_cfg.num_gpus_per_learner) <= gpus_per_node
