@@ -1,4 +1,4 @@
-"""Shared fixtures: one local Ray instance and one tiny checkpoint per test session."""
+"""Shared fixtures: one local Ray instance and one tiny checkpoint per test session, and what a process listens on."""
 
 import os
 import time
@@ -100,3 +100,44 @@ def killed_commit():
         assert done.returncode == -signal.SIGKILL
 
     return run
+
+
+def _listening(pid: int) -> list[tuple[str, int]]:
+    """(address, port) of every listening TCP socket of a process and its live children (a child that exits while
+    they are read, such as one of Ray's short-lived workers, listens on nothing any more)."""
+    import psutil
+
+    found = set()
+    for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            connections = process.net_connections("inet")
+        except psutil.NoSuchProcess:
+            if process.pid == pid:
+                raise
+            continue
+        found |= {(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN}
+    return sorted(found)
+
+
+@pytest.fixture(scope="session")
+def listening():
+    """`listening(pid)`: (address, port) of every listening TCP socket of the process and its live children."""
+    return _listening
+
+
+@pytest.fixture(scope="session")
+def exposed_ports(ray_session):
+    """`exposed_ports(actor)`: the (address, port) an actor's process and its children listen on beyond loopback,
+    leaving out the port of the actor's own Ray worker server (Ray opens it on every interface, outside memrl's
+    reach)."""
+    import ipaddress
+
+    import ray._private.state as ray_state
+
+    def exposed(actor) -> list[tuple[str, int]]:
+        pid = ray_session.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+        own = ray_state.actors(actor._actor_id.hex())["Address"]["Port"]
+        return [(ip, port) for ip, port in _listening(pid)
+                if not ipaddress.ip_address(ip).is_loopback and port != own]
+
+    return exposed

@@ -201,7 +201,7 @@ def test_load_weights_replaces_the_model(engine, hf_model):
     assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) < 1e-5
 
 
-def test_broadcast_weights_into_the_engine(engine, hf_model):
+def test_broadcast_weights_into_the_engine(engine, hf_model, exposed_ports):
     from memrl.weight_sync import broadcast_send, init_group, metas_of
 
     target = perturbed(hf_model, seed=2)
@@ -222,6 +222,8 @@ def test_broadcast_weights_into_the_engine(engine, hf_model):
         assert max_diff(scores, hf_logprobs(target, prompt, continuation)) < 1e-5
         (out,) = call(engine.generate.remote([prompt], SamplingConfig(max_tokens=4)))
         assert out.weight_version == 11
+        # vLLM's processes (its engine core, its worker) and the weight-sync group listen on loopback only.
+        assert exposed_ports(engine) == []
     finally:
         call(engine.load_weights.remote(list(hf_model.state_dict().items()), 0))
 
