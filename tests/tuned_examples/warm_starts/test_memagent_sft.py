@@ -50,7 +50,7 @@ def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_
     stages = (memagent_sft.Stage(2, 4), memagent_sft.Stage(2, 4, "linear"))
     for workflow, own_stages in (("memagent", stages), ("full_context", stages[:1])):
         out = tmp_path / workflow
-        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=4, stages=own_stages, init=tiny_checkpoint,
+        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=2, stages=own_stages, init=tiny_checkpoint,
                                          stage_dir=tmp_path / "stages")
         assert summary["config"]["env_runners"]["workflow"] == workflow
         assert [m["step"] for m in summary["curve"]] == [0, 2]

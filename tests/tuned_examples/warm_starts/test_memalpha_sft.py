@@ -14,7 +14,7 @@ from memrl_tuned_examples.warm_starts import memalpha_sft
     ("memagent", None, "memagent", "text"),  # a flat-memory baseline: rewrites one paragraph
 ])
 def test_each_role_trains_on_its_own_expert(tiny_checkpoint, role, answerer, workflow, memory):
-    config = memalpha_sft.config(steps=2, num_train_tasks=4, num_eval_tasks=4, model=str(tiny_checkpoint),
+    config = memalpha_sft.config(steps=2, num_train_tasks=4, num_eval_tasks=2, model=str(tiny_checkpoint),
                                  role=role).to_dict()
     env_config = config["environment"]["env_config"]
     assert config["env_runners"]["workflow"] == workflow
@@ -27,7 +27,7 @@ def test_each_role_trains_on_its_own_expert(tiny_checkpoint, role, answerer, wor
 @pytest.mark.slow
 @pytest.mark.parametrize("role", ["base", "memagent"])  # tool calls and answers; one rewritten paragraph
 def test_warm_start_builds_short_form(ray_session, tiny_checkpoint, tmp_path, role):
-    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=4, num_eval_tasks=4, model=tiny_checkpoint,
+    summary = memalpha_sft.build(tmp_path, steps=2, num_train_tasks=4, num_eval_tasks=2, model=tiny_checkpoint,
                                  role=role)
     want = memalpha_sft.config(2, 4, 4, str(tiny_checkpoint), role).to_dict()
     for section in ("environment", "env_runners", "training"):  # the SFT that ran is the role's

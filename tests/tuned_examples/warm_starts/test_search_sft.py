@@ -13,7 +13,7 @@ from memrl_tuned_examples.warm_starts import search_sft
 def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # earlier stages go under runs/
     stages = (search_sft.Stage(2, 4), search_sft.Stage(1, 6, objectives=(1, 3)))
-    summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=4)
+    summary = search_sft.build_all("mempo", tmp_path / "mempo", stages, num_eval_tasks=2)
     written = json.loads((tmp_path / "mempo" / SUMMARY_FILE).read_text())
     config = written["config"]
     assert config["env_runners"]["workflow"] == "mempo" and written["final"]["step"] == summary["final"]["step"] == 1
@@ -29,7 +29,7 @@ def test_warm_start_build_short_form(ray_session, tmp_path, monkeypatch):
     assert config["training"]["task_options"] == [{"num_objectives": 1, "max_turns": 4},
                                                   {"num_objectives": 3, "max_turns": 8}]
     # --multi's build goes on from a finished warm-start and keeps all its stages.
-    multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=4,
+    multi = search_sft.build_multi("mempo", tmp_path / "multi", num_eval_tasks=2,
                                    stage=search_sft.Stage(1, 4, (1, 4), expert_notes=True), base=tmp_path / "mempo")
     assert json.loads((tmp_path / "multi" / SUMMARY_FILE).read_text()) == portable(multi)  # paths under the cwd
     assert multi["out"] == str(tmp_path / "multi") and portable(multi)["out"] == "multi"

@@ -18,7 +18,7 @@ def test_warm_start_build_short_form(ray_session, tiny_checkpoint, tmp_path):
     assert copying["config"]["learners"]["model_path"] == str((tmp_path / "copying_stage1").resolve())
     assert copying["config"]["training"]["task_options"] == webshop_sft.COPY_STAGES[1][2]
     assert copying["config"]["environment"]["env"] == "memrl/Copy-v0" and copying["final"]["step"] == 2
-    summary = webshop_sft.build("webshop_mem1", tmp_path / "mem1", steps=2, num_train_tasks=4, num_eval_tasks=4,
+    summary = webshop_sft.build("webshop_mem1", tmp_path / "mem1", steps=2, num_train_tasks=4, num_eval_tasks=2,
                                 recall=0.5, init=tmp_path / "copying")
     written = json.loads((tmp_path / "mem1" / SUMMARY_FILE).read_text())
     assert written["final"]["step"] == summary["final"]["step"] == 2
