@@ -47,8 +47,8 @@ ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
 ZERO_REDUCE_BUCKET = 500_000_000
 """DeepSpeed's default reduce_bucket_size, in elements: the gradients reduced together."""
 CUDA_GRAPH_POOL_BYTES = 1 * GB
-"""vLLM's CUDA graph pool when graphs are captured (engine_config enforce_eager=False), about 0.5-1 GB for 7B
-models at its default capture sizes."""
+"""vLLM's CUDA graph pool when graphs are captured (by default on a GPU; engine_config enforce_eager=True turns them
+off), about 0.5-1 GB for 7B models at its default capture sizes."""
 VLLM_MAX_BATCHED_TOKENS = 8192
 """Tokens of the largest forward pass vLLM profiles (its max_num_batched_tokens) when engine_config does not say."""
 VLLM_MAX_SEQS = 256
@@ -305,7 +305,7 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
                  "KV cache": float(engine_config.get("kv_cache_bytes", 0)),
                  "forward peak": tokens * ee * (4 * shape.hidden_size + 2 * shape.intermediate_size / tp)
                  + seqs * 4 * shape.vocab_size}
-        if engine_config.get("enforce_eager", True) is False:
+        if not engine_config.get("enforce_eager", run.num_gpus_per_engine <= 0):
             parts["CUDA graphs"] = CUDA_GRAPH_POOL_BYTES
         needs.append(GpuNeed("engine", parts, run.num_gpus_per_engine / tp,
                              "env_runners.engine_config kv_cache_bytes or env_runners.num_gpus_per_engine "

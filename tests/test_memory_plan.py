@@ -107,6 +107,12 @@ def test_a_7b_run_without_checkpointing_does_not_fit_and_the_message_names_the_s
         16 * ModelShape.from_config(QWEN25_7B).num_params() / 2)
     assert learner.parts["reference model"] == pytest.approx(learner.parts["parameters"])
     assert "DOES NOT FIT" in plan.table() and "fits" in plan.table()  # the engines fit
+    # A GPU engine captures CUDA graphs unless told not to; their pool counts.
+    engine = plan.needs[-1]
+    assert engine.name == "engine" and engine.parts["CUDA graphs"] == 1 * GB
+    eager = _dapo_7b(model, num_learners=2, checkpointing=False).env_runners(
+        engine_config={"kv_cache_bytes": 8 * 1024**3, "enforce_eager": True})
+    assert "CUDA graphs" not in eager.plan(gpu_memory_gb=80).needs[-1].parts
 
 
 def test_a_7b_run_with_checkpointing_on_eight_gpus_fits_an_80_gb_gpu_but_not_a_40_gb_one(tmp_path):

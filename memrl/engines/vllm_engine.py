@@ -80,7 +80,7 @@ class VLLMEngine(InferenceEngine):
         tensor_parallel_size: int = 1,
         **engine_kwargs: Any,
     ) -> None:
-        """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `enforce_eager=False` on GPU).
+        """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `max_num_seqs`).
         `tempered_logprobs` returns the logprobs of softmax(logits / temperature), what a token was sampled from,
         instead of the model's own (vLLM's processed logprobs). `tensor_parallel_size` workers split the model, one
         per GPU (memrl sets it from env_runners.num_gpus_per_engine)."""
@@ -90,8 +90,9 @@ class VLLMEngine(InferenceEngine):
 
         for name, prefixes in EXPECTED_VLLM_WARNINGS.items():
             logging.getLogger(name).addFilter(_DropExpected(prefixes))
-        # Eager by default: graph capture costs start-up time and buys nothing on CPU; GPU users may override it.
-        engine_kwargs.setdefault("enforce_eager", True)
+        # CUDA graphs on a GPU (each decode step is then one graph launch, not a kernel launch per op); eager on CPU,
+        # where capture costs start-up time and buys nothing. engine_config enforce_eager overrides either.
+        engine_kwargs.setdefault("enforce_eager", not torch.cuda.is_available())
         if max_model_len is not None:
             engine_kwargs["max_model_len"] = max_model_len
         self.llm = LLM(
