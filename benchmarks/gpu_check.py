@@ -270,21 +270,28 @@ def weight_transfer(sizes: Sizes, device: torch.device, log) -> dict[str, Any]:
 
 
 def torch_engine(sizes: Sizes, device: torch.device, log) -> dict[str, Any]:
+    from transformers import Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
+
     from memrl.engines.base import SamplingConfig
     from memrl.engines.torch_engine import TorchEngine
+    from memrl.models.tiny import build_tiny_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model"
-        if sizes.engine_model is None:
-            from memrl.models.tiny import build_tiny_checkpoint
-
-            build_tiny_checkpoint(path)
-        else:
-            from transformers import Qwen2ForCausalLM
-
-            with device:
-                Qwen2ForCausalLM._from_config(_qwen2(sizes.engine_model), dtype=torch.bfloat16).save_pretrained(path)
-            _free(device)
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # the check's own log says what it does
+        try:
+            if sizes.engine_model is None:
+                build_tiny_checkpoint(path)
+            else:
+                with device:
+                    Qwen2ForCausalLM._from_config(_qwen2(sizes.engine_model), dtype=torch.bfloat16).save_pretrained(
+                        path)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
+        _free(device)
         engine = TorchEngine(path, dtype="bfloat16" if device.type == "cuda" else "float32", device=str(device),
                              max_batch_size=sizes.engine_prompts)
         vocab = engine.vocab_size
