@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import platform
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,15 @@ def parser(description: str, name: str, quick_help: str) -> argparse.ArgumentPar
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"), help=f"directory for {name}.json/.png")
     return p
+
+
+def free_port() -> int:
+    """A loopback port free at the time of asking, for a process group a benchmark forms with a process of its own."""
+    from memrl.rendezvous import LOOPBACK
+
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
 
 
 def elapsed_log() -> Callable[[str], None]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -36,7 +35,7 @@ import torch
 
 from memrl.learner.batching import pad_rows
 from memrl.memory_plan import GB, ModelShape, activation_bytes, saved_tensor_bytes
-from memrl_benchmarks.common import elapsed_log, machine, parser
+from memrl_benchmarks.common import elapsed_log, free_port, machine, parser
 
 QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
              "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False,
@@ -170,14 +169,6 @@ def learner_step(sizes: Sizes, device: torch.device, log, flops_per_s: float | N
 # -- 2. weight transfer ----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    from memrl.rendezvous import LOOPBACK
-
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
 def _metas(fields: dict) -> list:
     """(name, shape, "bfloat16") of every tensor of the model's state dict, built on the meta device."""
     from transformers import Qwen2ForCausalLM
@@ -225,7 +216,7 @@ def weight_transfer(sizes: Sizes, device: torch.device, log) -> dict[str, Any]:
                for i, (name, shape, _) in enumerate(metas)}
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     flat = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device)
-    port = _free_port()
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_receiver, args=(port, backend, receiver_device, metas, bucket,
@@ -256,7 +247,7 @@ def weight_transfer(sizes: Sizes, device: torch.device, log) -> dict[str, Any]:
         f"{out['bucketed']['vs_raw']:.2f}x raw, into own tensors {out['into_own_tensors']['vs_raw']:.2f}x raw")
     if device.type == "cuda":
         # The NCCL branch (a broadcast per tensor) on a group of one rank: it runs whatever the GPU count.
-        alone = init_group("127.0.0.1", _free_port(), 0, 1, "nccl", timeout_s=120)
+        alone = init_group("127.0.0.1", free_port(), 0, 1, "nccl", timeout_s=120)
         start = time.perf_counter()
         broadcast_send(alone, tensors, metas, bucket)
         torch.cuda.synchronize(device)

@@ -15,7 +15,6 @@ import math
 import multiprocessing as mp
 import os
 import pickle
-import socket
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -29,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from memrl_benchmarks.common import elapsed_log, machine, parser, write  # noqa: E402
+from memrl_benchmarks.common import elapsed_log, free_port, machine, parser, write  # noqa: E402
 from memrl.rendezvous import LOOPBACK  # noqa: E402
 
 
@@ -113,12 +112,6 @@ def in_turns(runs: dict[str, Any], repeats: int, warmup: int = 1) -> tuple[dict[
             if round_ >= warmup:
                 times[name].append(time.perf_counter() - t0)
     return times, results
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 # -- 1. rollout throughput ---------------------------------------------------------------------
