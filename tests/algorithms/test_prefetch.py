@@ -14,10 +14,13 @@ pytestmark = pytest.mark.slow
 TRAJECTORIES = 12  # 3 groups x 4 per iteration
 
 
-def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None) -> DAPOConfig:
+def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None,
+            num_env_runners: int = 0) -> DAPOConfig:
+    """Runners in the driver's process unless a test needs episodes in flight on runner actors while the learner
+    trains (sampling ahead runs on a thread of the driver either way)."""
     return (DAPOConfig()
             .environment("memrl/Echo-v0", env_config=env_config or {"num_turns": 2, "reward": "similarity"})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
+            .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
             .learners(model_path=str(checkpoint), num_learners=1, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, max_staleness=max_staleness,
                       use_rollout_logprobs=False, off_policy_correction="tis", importance_cap=2.0)
@@ -38,7 +41,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     path = algo.save_to_path(tmp_path / "ckpt")
     assert list(load_batches(path)) == [2]
     straight += [algo.train(), algo.train()]
-    for actor in [*algo.engines, *algo.learner_group.learners, *algo.env_runner_group.runners]:
+    for actor in [*algo.engines, *algo.learner_group.learners]:  # the runners live in this process
         ray.kill(actor)
     algo.learner_group.shutdown()
 
@@ -112,7 +115,8 @@ def test_two_batches_ahead_with_partial_rollouts_mix_versions_within_the_bound(r
     # Slow env steps: sampling a batch (about 2 s) outlasts a learner step (well under 1 s), so broadcasts land while
     # episodes are in flight.
     env_config = {"num_turns": 3, "reward": "similarity", "step_delay_s": 0.1}
-    algo = _config(tiny_checkpoint, max_staleness=2, env_config=env_config).training(partial_rollouts=True).build()
+    algo = (_config(tiny_checkpoint, max_staleness=2, env_config=env_config, num_env_runners=2)
+            .training(partial_rollouts=True).build())
     results = [algo.train() for _ in range(4)]
     algo.stop()
     for i, result in enumerate(results, start=1):
