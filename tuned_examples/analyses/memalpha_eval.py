@@ -78,28 +78,34 @@ def evaluate(runs: list[tuple[str, Path, str]], multipliers: list[int], num_task
     """Rows per (policy, category) at the training length, then per (policy, multiplier) on mixed tasks;
     `num_env_runners` as for evaluate_checkpoint (0: in this process)."""
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
-    rows = []
+    settings = ([{"category": c, "multiplier": 1} for c in CATEGORIES]
+                + [{"category": "mixed", "multiplier": m} for m in multipliers])
+    counts = [num_tasks] * len(CATEGORIES) + [length_tasks] * len(multipliers)
+    # One engine per checkpoint and workflow: the rows without a policy's memory share the answerer's weights, and
+    # answer through Mem-α's workflow (it only shows them the answer chat).
+    served: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for name, path, mode in runs:
-        base = {**cpu_env_config(path), **MEMORY_MODES[mode]}
-        # The answerer's weights answer through Mem-α's workflow (it only shows them the answer chat).
-        workflow = WRITERS.get(mode, WRITERS["mem-alpha"])
-        # One engine per policy: the categories at the training length, then the lengths on mixed tasks.
-        settings = ([{"category": c, "multiplier": 1} for c in CATEGORIES]
-                    + [{"category": "mixed", "multiplier": m} for m in multipliers])
-        counts = [num_tasks] * len(CATEGORIES) + [length_tasks] * len(multipliers)
-        env_configs = [{**base, "category": s["category"], "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
-                       for s in settings]
-        results = evaluate_checkpoint(str(path), "memrl/MemoryStore-v0", env_configs, workflow.workflow,
-                                      workflow.workflow_config, counts, max_tokens=CPU_MAX_TOKENS, engine=engine,
-                                      engine_config=engine_config, seed=seed,
+        served.setdefault((str(path), mode if mode in WRITERS else "mem-alpha"), []).append((name, mode))
+    rows = []
+    for (path, writer), policies_here in served.items():
+        workflow = WRITERS[writer]
+        # Each policy's categories at the training length, then its lengths on mixed tasks.
+        env_configs = [{**cpu_env_config(Path(path)), **MEMORY_MODES[mode], "category": s["category"],
+                        "num_chunks": CPU_TASK["num_chunks"] * s["multiplier"]}
+                       for _, mode in policies_here for s in settings]
+        results = evaluate_checkpoint(path, "memrl/MemoryStore-v0", env_configs, workflow.workflow,
+                                      workflow.workflow_config, counts * len(policies_here), max_tokens=CPU_MAX_TOKENS,
+                                      engine=engine, engine_config=engine_config, seed=seed,
                                       num_env_runners=num_env_runners)
-        for setting, (_, trajectories) in zip(settings, results):
+        named = [(name, setting) for name, _ in policies_here for setting in settings]
+        for (name, setting), (_, trajectories) in zip(named, results, strict=True):
             row = figures(name, setting, trajectories)
             rows.append(row)
             print(f"{name:>17} {setting['category']:>24} x{setting['multiplier']:<3} r_acc {row['r_acc']:.3f} "
                   f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]  memory tokens {row['memory_tokens']:.0f}",
                   flush=True)
-    return rows
+    order = {name: i for i, (name, _, _) in enumerate(runs)}
+    return sorted(rows, key=lambda row: order[row["policy"]])  # stable: each policy's settings stay in order
 
 
 def average(cells: list[dict]) -> tuple[float, float, float]:
