@@ -48,8 +48,10 @@ def ensure_ray(num_cpus: int = 0) -> None:
 
 
 def start_local_ray(**init_options) -> None:
-    """`ray.init(**init_options)` for a Ray instance of this machine alone, its servers on loopback.
+    """`ray.init(**init_options)` for a new Ray instance of this machine alone, its servers on loopback.
 
+    A new one even while a cluster started by `ray start` runs on the machine: `ray.init()` without an address
+    would join that cluster instead (the one /tmp/ray/ray_current_cluster names), and refuse the CPUs asked for.
     Ray gives a node started on Linux the machine's network address, and its GCS, raylet, workers and agents then
     listen on every interface; a local instance never needs that. Ray's local-only mode (its default on macOS and
     Windows) gives the node 127.0.0.1 instead, so every one of them listens on loopback only. A cluster joined
@@ -57,7 +59,7 @@ def start_local_ray(**init_options) -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False  # read when the node's address is chosen, in this process only
-    ray.init(**init_options)
+    ray.init(**{"address": "local", **init_options})
 
 
 @dataclass

@@ -172,6 +172,16 @@ out["after_engine_node"] = placement()
 remove_while_sampling(next(n for n in learner_nodes if n.node_id == out["placed"]["learners"][0]))
 out["after_learner_node"] = placement()
 out["results"] = [{"counters": r["counters"], "version": r["weight_sync"]["version"]} for r in out["results"]]
+
+# A script on this machine that starts Ray for itself, while this cluster runs (and /tmp/ray/ray_current_cluster
+# names it), gets an instance of its own.
+import subprocess
+probe = subprocess.run([sys.executable, "-c", "import ray; from memrl.cluster import ensure_ray; ensure_ray(); "
+                        "print('GCS', ray.get_runtime_context().gcs_address)"],
+                       env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, capture_output=True, text=True,
+                       timeout=300)
+out["own_instance"] = {"returncode": probe.returncode, "cluster": cluster.address, "stderr": probe.stderr[-2000:],
+                       "gcs": [line[4:] for line in probe.stdout.splitlines() if line.startswith("GCS ")]}
 print("RESULT " + json.dumps(out))
 algo.stop()
 ray.shutdown()
@@ -234,6 +244,15 @@ def test_a_removed_learner_node_is_survived_like_a_dead_learner(multinode):
     assert third["counters"]["learner_restarts"] == 1
     assert third["counters"]["trajectories_sampled"] == third["counters"]["trajectories_trained"] == 36
     assert third["version"] == 3 and multinode["engine_state"][2] == [3, True]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_a_script_that_starts_ray_beside_a_running_cluster_gets_an_instance_of_its_own(multinode):
+    probe = multinode["own_instance"]
+    assert probe["returncode"] == 0, probe["stderr"]
+    (gcs,) = probe["gcs"]
+    assert gcs != probe["cluster"] and gcs.startswith("127.0.0.1:")
 
 
 def test_a_local_ray_listens_on_loopback_only(ray_session):
