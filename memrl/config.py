@@ -66,7 +66,8 @@ class EnvRunnersConfig:
     num_engines: int = 1
     """Engine actors; runners share them round-robin."""
     engine_config: dict = field(default_factory=dict)
-    """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM)."""
+    """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM; without it a vLLM engine on
+    GPUs sizes its KV cache from their memory)."""
     num_gpus_per_engine: float = 0.0
     """GPUs each engine actor reserves (0 on CPU machines): a share of one (engines beside learners on a GPU), or N
     whole GPUs over which a vLLM engine splits the model by tensor parallelism (tensor_parallel_size N)."""

@@ -113,11 +113,11 @@ def size_for_gpus(config: AlgorithmConfig, num_gpus: int) -> AlgorithmConfig:
             learners, per_learner = (train // 2 if critic else train), 1
         trained = learners * per_learner * (2 if critic else 1)
         engines, per_engine = int(num_gpus - trained), 1
-    kv_cache = (2 if num_gpus == 1 else 8) * 1024**3
+    # No kv_cache_bytes: each engine's KV cache is what its GPUs (or its share of one) leave after the weights.
     return (config.learners(num_learners=learners, num_gpus_per_learner=per_learner, dtype="bfloat16",
                             gradient_checkpointing=True)
             .env_runners(engine="vllm", num_engines=engines, num_gpus_per_engine=per_engine,
-                         num_env_runners=2 * engines, engine_config={"kv_cache_bytes": kv_cache, "dtype": "bfloat16"})
+                         num_env_runners=2 * engines, engine_config={"dtype": "bfloat16"})
             # An autoscaling cluster (cluster.yaml) brings its GPU nodes only once the actors ask for them.
             .debugging(check_resources=False))
 

@@ -302,15 +302,31 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
         tokens = int(engine_config.get("max_num_batched_tokens", VLLM_MAX_BATCHED_TOKENS))
         seqs = int(engine_config.get("max_num_seqs", VLLM_MAX_SEQS))
         parts = {"weights": ee * shape.num_params("lm") / tp,
-                 "KV cache": float(engine_config.get("kv_cache_bytes", 0)),
                  "forward peak": tokens * ee * (4 * shape.hidden_size + 2 * shape.intermediate_size / tp)
                  + seqs * 4 * shape.vocab_size}
         if not engine_config.get("enforce_eager", run.num_gpus_per_engine <= 0):
             parts["CUDA graphs"] = CUDA_GRAPH_POOL_BYTES
-        needs.append(GpuNeed("engine", parts, run.num_gpus_per_engine / tp,
-                             "env_runners.engine_config kv_cache_bytes or env_runners.num_gpus_per_engine "
-                             "(tensor parallel)"))
+        share = run.num_gpus_per_engine / tp
+        parts["KV cache"] = _kv_cache_bytes(engine_config.get("kv_cache_bytes"), parts, share, gpu_memory_gb,
+                                            2 * shape.num_layers * shape.kv_dim * ee / tp * context)
+        needs.append(GpuNeed("engine", parts, share,
+                             "env_runners.num_gpus_per_engine (tensor parallel) or env_runners.engine_config "
+                             "kv_cache_bytes"))
     return MemoryPlan(None if gpu_memory_gb is None else gpu_memory_gb * GB, needs)
+
+
+def _kv_cache_bytes(fixed: int | None, parts: dict[str, float], share: float, gpu_memory_gb: float | None,
+                    one_sequence: float) -> float:
+    """An engine's KV cache: `fixed` when engine_config sets kv_cache_bytes; else, on GPUs of known size, what its
+    share leaves after the other parts (as the engine sizes it there, vllm_engine.memory_arguments), but at least
+    `one_sequence` (the KV of one max_model_len sequence: less and no sequence of that length could run, so the
+    plan counts that much and the engine does not fit)."""
+    if fixed is not None:
+        return float(fixed)
+    if gpu_memory_gb is None or share <= 0:
+        return 0.0  # sized at start-up from the GPU; unknown here
+    left = (gpu_memory_gb * GB * min(share, 1.0) - RESERVE_BYTES) / FRAGMENTATION - sum(parts.values())
+    return max(left, one_sequence)
 
 
 def fit_token_budget(cfg, gpu_memory_gb: float, shape: ModelShape | None = None):

@@ -32,7 +32,8 @@ SERVICE_PROBE_S = 5.0
 ENGINE_RESERVED = {"model_path": "learners.model_path", "seed": "debugging.seed",
                    "num_gpus": "env_runners.num_gpus_per_engine", "num_cpus": "env_runners.num_cpus_per_engine",
                    "tempered_logprobs": "training.tempered_logprobs",
-                   "tensor_parallel_size": "env_runners.num_gpus_per_engine (one worker per GPU)"}
+                   "tensor_parallel_size": "env_runners.num_gpus_per_engine (one worker per GPU)",
+                   "gpu_share": "env_runners.num_gpus_per_engine (below 1: the part of a GPU it holds)"}
 """Engine arguments memrl sets itself, and the setting that sets them."""
 
 

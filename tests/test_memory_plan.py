@@ -128,6 +128,28 @@ def test_a_7b_run_with_checkpointing_on_eight_gpus_fits_an_80_gb_gpu_but_not_a_4
     assert ppo.needs[1].parts["activations"] < ppo.needs[0].parts["activations"]
 
 
+def test_an_engine_without_a_kv_cache_size_gets_what_its_gpu_leaves(tmp_path):
+    model = _checkpoint(tmp_path, QWEN25_7B)
+    config = _dapo_7b(model, num_learners=4, checkpointing=True, token_budget=16384).env_runners(
+        engine_config={"dtype": "bfloat16", "max_model_len": 8192})
+    shape = ModelShape.from_config(QWEN25_7B)
+    one_sequence = 2 * shape.num_layers * shape.kv_dim * 2 * 8192  # K and V, bf16, max_model_len tokens
+    for gb in (80, 141):
+        engine = config.plan(gpu_memory_gb=gb).needs[-1]
+        assert engine.total == pytest.approx(gb * GB)  # the KV cache takes the rest of the GPU
+        assert engine.parts["KV cache"] > 20 * one_sequence
+    assert config.plan(gpu_memory_gb=141).needs[-1].parts["KV cache"] > config.plan(gpu_memory_gb=80).needs[-1].parts[
+        "KV cache"] + 50 * GB
+    assert config.plan().needs[-1].parts["KV cache"] == 0  # sized on the GPU at start-up: unknown without its size
+    # Weights that leave no room for one sequence's KV: the engine does not fit, and the plan says so.
+    small = config.plan(gpu_memory_gb=20)
+    assert small.needs[-1].parts["KV cache"] == pytest.approx(one_sequence)
+    (problem,) = [p for p in small.problems() if p.startswith("each engine")]
+    assert "weights" in problem and "env_runners.num_gpus_per_engine (tensor parallel)" in problem
+    # Split over two GPUs (tensor parallel), the same engine fits: half the weights each, the rest for KV.
+    assert fit_engines(config, 20).plan(gpu_memory_gb=20).needs[-1].parts["KV cache"] > one_sequence
+
+
 def test_a_checkpoint_without_sizes_is_named(tmp_path):
     with pytest.raises(ValueError, match="has no config.json"):
         ModelShape.from_checkpoint(tmp_path)

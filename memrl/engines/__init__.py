@@ -27,6 +27,21 @@ def tensor_parallel_size(num_gpus: float) -> int:
     return int(num_gpus) if num_gpus >= 1 else 1
 
 
+def engine_arguments(engine: str, num_gpus: float, engine_config: dict) -> dict:
+    """`engine_config` plus what memrl sets from the engine's `num_gpus`, for an engine whose constructor takes it:
+    `tensor_parallel_size`, one worker per GPU (vLLM), and `gpu_share`, the part of a GPU it holds when it shares
+    one (vLLM sizes its KV cache from that part)."""
+    import inspect
+
+    takes = inspect.signature(engine_class(engine)).parameters
+    out = dict(engine_config)
+    if "tensor_parallel_size" in takes:
+        out["tensor_parallel_size"] = tensor_parallel_size(num_gpus)
+    if "gpu_share" in takes and 0 < num_gpus < 1:
+        out["gpu_share"] = num_gpus
+    return out
+
+
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
                  resources: dict | None = None, placement: tuple | None = None, **engine_config):
     """An inference engine actor (an ENGINES name or "module:class") serving `model_path` on `num_cpus` CPUs (Ray
@@ -34,18 +49,15 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
     may run on); returns its handle at once.
 
     `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
-    without it the engine is outside any placement group the caller runs in. An engine that takes a
-    `tensor_parallel_size` (vLLM) gets one worker per GPU."""
-    import inspect
-
+    without it the engine is outside any placement group the caller runs in. The engine gets `engine_config` with
+    what memrl sets from `num_gpus` (`engine_arguments`)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from memrl.engines.actor import EngineActor
 
     check_engine_name(engine)  # fails here, in the caller, rather than in the actor
-    if "tensor_parallel_size" in inspect.signature(engine_class(engine)).parameters:
-        engine_config = {**engine_config, "tensor_parallel_size": tensor_parallel_size(num_gpus)}
+    engine_config = engine_arguments(engine, num_gpus, engine_config)
     pg, bundle = placement if placement is not None else (None, -1)
     actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(EngineActor).options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle))

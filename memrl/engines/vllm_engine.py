@@ -40,6 +40,24 @@ RESERVED_LLM_ARGS = frozenset(
     {"model", "skip_tokenizer_init", "dtype", "seed", "kv_cache_memory_bytes", "logprobs_mode", "worker_extension_cls"}
 )
 """`vllm.LLM` arguments the adapter sets itself; the engine's contract depends on them."""
+CPU_KV_CACHE_BYTES = 256 * 1024**2
+"""KV cache of an engine on CPU when kv_cache_bytes is not given (vLLM's CPU build takes a size, not a fraction)."""
+GPU_MEMORY_UTILIZATION = 0.9
+"""Fraction of its GPUs an engine on GPU uses when kv_cache_bytes is not given (vLLM's default): weights, the
+forward pass and CUDA graphs take theirs, the KV cache the rest. An engine sharing a GPU (num_gpus_per_engine < 1)
+uses that fraction of its share."""
+
+
+def memory_arguments(kv_cache_bytes: int | None, gpu_share: float, cuda: bool,
+                     gpu_memory_utilization: float | None = None) -> dict[str, Any]:
+    """How large vLLM makes the KV cache: `kv_cache_bytes` when given; else, on a GPU, whatever memory is left of
+    `gpu_memory_utilization` (default GPU_MEMORY_UTILIZATION times `gpu_share`, the part of each GPU the engine
+    holds), so a larger GPU serves more sequences at once; on CPU, CPU_KV_CACHE_BYTES."""
+    if kv_cache_bytes is not None:
+        return {"kv_cache_memory_bytes": kv_cache_bytes}
+    if not cuda:
+        return {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    return {"gpu_memory_utilization": gpu_memory_utilization or GPU_MEMORY_UTILIZATION * min(gpu_share, 1.0)}
 
 
 def _engine_argument_names() -> set[str]:
@@ -74,16 +92,18 @@ class VLLMEngine(InferenceEngine):
         model_path: str | Path,
         seed: int = 0,
         dtype: str = "float32",
-        kv_cache_bytes: int = 256 * 1024**2,
+        kv_cache_bytes: int | None = None,
         max_model_len: int | None = None,
         tempered_logprobs: bool = False,
         tensor_parallel_size: int = 1,
+        gpu_share: float = 1.0,
         **engine_kwargs: Any,
     ) -> None:
         """Start vLLM on a local HF checkpoint; `engine_kwargs` go to `vllm.LLM` (e.g. `max_num_seqs`).
-        `tempered_logprobs` returns the logprobs of softmax(logits / temperature), what a token was sampled from,
-        instead of the model's own (vLLM's processed logprobs). `tensor_parallel_size` workers split the model, one
-        per GPU (memrl sets it from env_runners.num_gpus_per_engine)."""
+        `kv_cache_bytes`: the KV cache's size (None: `memory_arguments` sizes it). `tempered_logprobs` returns the
+        logprobs of softmax(logits / temperature), what a token was sampled from, instead of the model's own (vLLM's
+        processed logprobs). `tensor_parallel_size` workers split the model, one per GPU; `gpu_share` is the part of
+        a GPU the engine holds when it shares one (memrl sets both from env_runners.num_gpus_per_engine)."""
         self.check_options({"kv_cache_bytes": kv_cache_bytes, **engine_kwargs}, vllm_arguments=False)
         process.vllm_engine_process()
         from vllm import LLM
@@ -95,12 +115,14 @@ class VLLMEngine(InferenceEngine):
         engine_kwargs.setdefault("enforce_eager", not torch.cuda.is_available())
         if max_model_len is not None:
             engine_kwargs["max_model_len"] = max_model_len
+        memory = memory_arguments(kv_cache_bytes, gpu_share, torch.cuda.is_available(),
+                                  engine_kwargs.pop("gpu_memory_utilization", None))
         self.llm = LLM(
             model=str(model_path),
             skip_tokenizer_init=True,
             dtype=dtype,
             seed=seed,
-            kv_cache_memory_bytes=kv_cache_bytes,
+            **memory,
             # Logprobs of the model's own distribution, before temperature and top-p: what the learner recomputes;
             # or, tempered, after the temperature (and top-p, which the training config keeps at 1).
             logprobs_mode="processed_logprobs" if tempered_logprobs else "raw_logprobs",
@@ -120,9 +142,14 @@ class VLLMEngine(InferenceEngine):
                 f"VLLMEngine sets the vllm.LLM arguments {sorted(clash)} itself; remove them from engine_kwargs "
                 "(model_path, seed, dtype and kv_cache_bytes are VLLMEngine's own parameters)"
             )
-        kv_cache_bytes = options.get("kv_cache_bytes", 1)
-        if isinstance(kv_cache_bytes, bool) or not isinstance(kv_cache_bytes, int) or kv_cache_bytes <= 0:
-            raise ValueError(f"VLLMEngine kv_cache_bytes must be an int > 0, got {kv_cache_bytes!r}")
+        kv_cache_bytes = options.get("kv_cache_bytes")
+        if kv_cache_bytes is not None and (isinstance(kv_cache_bytes, bool) or not isinstance(kv_cache_bytes, int)
+                                           or kv_cache_bytes <= 0):
+            raise ValueError(f"VLLMEngine kv_cache_bytes must be an int > 0 or None (sized from the GPU's memory "
+                             f"on a GPU), got {kv_cache_bytes!r}")
+        if kv_cache_bytes is not None and options.get("gpu_memory_utilization") is not None:
+            raise ValueError("VLLMEngine takes kv_cache_bytes (a fixed KV cache) or gpu_memory_utilization (the KV "
+                             "cache gets what is left of that fraction of the GPU), not both")
         own = set(inspect.signature(cls).parameters) - {"engine_kwargs"}
         passed = sorted(set(options) - own)
         if vllm_arguments and passed:

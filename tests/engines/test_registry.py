@@ -2,7 +2,7 @@
 
 import pytest
 
-from memrl.engines import ENGINES, engine_class, start_engine
+from memrl.engines import ENGINES, engine_arguments, engine_class, start_engine
 
 
 def test_unknown_engines_are_refused_naming_the_allowed_ones():
@@ -29,3 +29,11 @@ def test_an_engine_actor_computes_on_the_cpus_it_reserves(ray_session, tiny_chec
                        timeout=120) == threads
     finally:
         ray.kill(engine)
+
+
+def test_engines_get_their_gpu_layout_from_their_gpus():
+    # vLLM: a worker per GPU; a share of one GPU is passed on (its KV cache is sized from that share).
+    assert engine_arguments("vllm", 0, {"dtype": "float32"}) == {"dtype": "float32", "tensor_parallel_size": 1}
+    assert engine_arguments("vllm", 0.5, {}) == {"tensor_parallel_size": 1, "gpu_share": 0.5}
+    assert engine_arguments("vllm", 4, {}) == {"tensor_parallel_size": 4}
+    assert engine_arguments("torch", 0.5, {"dtype": "float32"}) == {"dtype": "float32"}  # takes neither

@@ -83,6 +83,20 @@ def test_import_does_not_import_vllm():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_kv_cache_is_a_given_size_or_what_the_gpu_leaves():
+    from memrl.engines.vllm_engine import CPU_KV_CACHE_BYTES, VLLMEngine, memory_arguments
+
+    assert memory_arguments(1 << 30, 1.0, cuda=True) == {"kv_cache_memory_bytes": 1 << 30}
+    assert memory_arguments(None, 1.0, cuda=False) == {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    # On a GPU: vLLM's fraction of the GPU (weights, forward pass and graphs first, the KV cache the rest), of the
+    # engine's share when it shares the GPU with a learner.
+    assert memory_arguments(None, 1.0, cuda=True) == {"gpu_memory_utilization": 0.9}
+    assert memory_arguments(None, 0.5, cuda=True) == {"gpu_memory_utilization": pytest.approx(0.45)}
+    assert memory_arguments(None, 0.5, cuda=True, gpu_memory_utilization=0.3) == {"gpu_memory_utilization": 0.3}
+    with pytest.raises(ValueError, match="kv_cache_bytes .* or gpu_memory_utilization .*not both"):
+        VLLMEngine.check_options({"kv_cache_bytes": 1 << 30, "gpu_memory_utilization": 0.5})
+
+
 def test_reserved_llm_arguments_are_refused():
     from memrl.engines.vllm_engine import VLLMEngine
 

@@ -92,7 +92,7 @@ def answerer_service(model: str | Path, num_gpus: float = 0, temperature: float 
     own (a model too large for one GPU split across them), on the torch engine on CPU."""
     engine = {"engine": "torch"}
     if num_gpus:
-        engine = {"engine": "vllm", "dtype": "bfloat16", "kv_cache_bytes": 16 * 1024**3,
+        engine = {"engine": "vllm", "dtype": "bfloat16",  # its KV cache: what its GPUs leave after the weights
                   **({"tensor_parallel_size": int(num_gpus)} if num_gpus > 1 else {})}
     return {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 1, "num_gpus": num_gpus,
             "options": {"model_path": str(model), "temperature": temperature, "max_tokens": max_tokens, **engine}}
