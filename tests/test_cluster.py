@@ -173,8 +173,10 @@ remove_while_sampling(next(n for n in learner_nodes if n.node_id == out["placed"
 out["after_learner_node"] = placement()
 out["results"] = [{"counters": r["counters"], "version": r["weight_sync"]["version"]} for r in out["results"]]
 
-# A script on this machine that starts Ray for itself, while this cluster runs (and /tmp/ray/ray_current_cluster
-# names it), gets an instance of its own.
+algo.stop()
+ray.shutdown()
+# A script on this machine that starts Ray for itself while this cluster runs (and /tmp/ray/ray_current_cluster
+# names it) gets an instance of its own.
 import subprocess
 probe = subprocess.run([sys.executable, "-c", "import ray; from memrl.cluster import ensure_ray; ensure_ray(); "
                         "print('GCS', ray.get_runtime_context().gcs_address)"],
@@ -183,8 +185,6 @@ probe = subprocess.run([sys.executable, "-c", "import ray; from memrl.cluster im
 out["own_instance"] = {"returncode": probe.returncode, "cluster": cluster.address, "stderr": probe.stderr[-2000:],
                        "gcs": [line[4:] for line in probe.stdout.splitlines() if line.startswith("GCS ")]}
 print("RESULT " + json.dumps(out))
-algo.stop()
-ray.shutdown()
 cluster.shutdown()
 """
 
