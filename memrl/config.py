@@ -83,6 +83,18 @@ class EnvRunnersConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """How training rollouts sample each call (max_tokens, temperature, top_p, stop_token_ids; set through
     env_runners(max_tokens=...)), handed to every env runner unchanged."""
+    continuous_batching: bool | None = None
+    """Each engine serves the requests of all its runners from one running batch, each episode's request as soon
+    as it is made and each reply as soon as it is done (memrl.engines.batcher), instead of one runner's batch at a
+    time, each waiting for its longest reply. Faster where the engine has a GPU; which requests share a batch then
+    depends on timing, so runs do not repeat exactly. None: on for engines on GPUs, off otherwise."""
+
+    @property
+    def batches_continuously(self) -> bool:
+        """continuous_batching, with None resolved: on for engines that reserve GPUs."""
+        if self.continuous_batching is None:
+            return self.num_gpus_per_engine > 0
+        return bool(self.continuous_batching)
 
 
 @dataclass
@@ -299,7 +311,7 @@ class AlgorithmConfig(_Config):
                     num_gpus_per_engine: float = NOT_SET, num_cpus_per_engine: int = NOT_SET,
                     resources_per_engine: dict = NOT_SET, resources_per_env_runner: dict = NOT_SET,
                     max_tokens: int = NOT_SET, temperature: float = NOT_SET, top_p: float = NOT_SET,
-                    stop_token_ids: list[int] = NOT_SET) -> Self:
+                    stop_token_ids: list[int] = NOT_SET, continuous_batching: bool | None = NOT_SET) -> Self:
         """Set EnvRunnersConfig's settings and its sampling's (SamplingConfig: max_tokens, temperature, ...)."""
         return self._set("env_runners", **given(locals()))
 

@@ -90,7 +90,8 @@ def evaluate_checkpoint(
             spec = EnvRunnerSpec(env=env, env_config=env_config, workflow=workflow, workflow_config=workflow_config,
                                  tokenizer_path=model_path,
                                  sampling=SamplingConfig(max_tokens=max_tokens, temperature=temperature),
-                                 num_envs=-(-n // runners), max_calls=max_calls, faults=faults)
+                                 num_envs=-(-n // runners), max_calls=max_calls, faults=faults,
+                                 continuous_batching=False)
             if group is None:
                 group = EnvRunnerGroup(spec, [actor], num_env_runners)
             else:

@@ -24,6 +24,15 @@ def test_builder_sets_sections_and_loss_fields():
     assert config.training_cfg.loss.clip_low == 0.2  # untouched DAPO default
 
 
+def test_continuous_batching_is_on_for_engines_on_gpus_unless_set():
+    run = DAPOConfig().env_runners_cfg
+    assert run.continuous_batching is None and not run.batches_continuously  # CPU engines: repeatable batches
+    assert DAPOConfig().env_runners(num_gpus_per_engine=1).env_runners_cfg.batches_continuously
+    assert not DAPOConfig().env_runners(num_gpus_per_engine=1, continuous_batching=False).env_runners_cfg \
+        .batches_continuously
+    assert DAPOConfig().env_runners(continuous_batching=True).env_runners_cfg.batches_continuously
+
+
 def test_algorithm_defaults_differ():
     dapo, grpo = DAPOConfig(), GRPOConfig()
     assert not dapo.training_cfg.norm_adv_by_std and grpo.training_cfg.norm_adv_by_std

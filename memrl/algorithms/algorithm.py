@@ -82,7 +82,8 @@ class Algorithm(EngineRecovery, Trainer):
                              workflow_config=run.workflow_config, tokenizer_path=self.cfg.learners_cfg.model_path,
                              sampling=dataclasses.replace(run.sampling, temperature=temperature),
                              num_envs=num_envs or run.num_envs_per_env_runner, max_calls=run.max_calls_per_episode,
-                             tokenizer_class=self._tokenizer_class, faults=self.cfg.fault_tolerance_cfg)
+                             tokenizer_class=self._tokenizer_class, faults=self.cfg.fault_tolerance_cfg,
+                             continuous_batching=run.batches_continuously)
 
     def _runner_group(self, spec: EnvRunnerSpec, wait: bool = True) -> EnvRunnerGroup:
         """env_runners.num_env_runners runners of `spec` over the engines, with the run's failure budget; `wait`:
@@ -96,6 +97,7 @@ class Algorithm(EngineRecovery, Trainer):
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
                             num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
                             resources=run.resources_per_engine, placement=self.placement("engines", index),
+                            continuous_batching=run.batches_continuously,
                             tempered_logprobs=self.cfg.training_cfg.tempered_logprobs, **run.engine_config)
 
     def _init_weight_sync(self) -> None:

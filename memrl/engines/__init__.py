@@ -42,15 +42,21 @@ def engine_arguments(engine: str, num_gpus: float, engine_config: dict) -> dict:
     return out
 
 
+MAX_CONCURRENT_CALLS = 1024
+"""Calls an engine actor under continuous batching takes at once (each runner's envs wait on one call each)."""
+
+
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
-                 resources: dict | None = None, placement: tuple | None = None, **engine_config):
+                 resources: dict | None = None, placement: tuple | None = None, continuous_batching: bool = False,
+                 **engine_config):
     """An inference engine actor (an ENGINES name or "module:class") serving `model_path` on `num_cpus` CPUs (Ray
     sets the actor's OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it
     may run on); returns its handle at once.
 
     `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
     without it the engine is outside any placement group the caller runs in. The engine gets `engine_config` with
-    what memrl sets from `num_gpus` (`engine_arguments`)."""
+    what memrl sets from `num_gpus` (`engine_arguments`). With `continuous_batching` the actor takes calls
+    concurrently and serves them from one running batch (memrl.engines.batcher); else one call at a time."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -60,5 +66,6 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
     engine_config = engine_arguments(engine, num_gpus, engine_config)
     pg, bundle = placement if placement is not None else (None, -1)
     actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(EngineActor).options(
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle))
-    return actor.remote(engine, model_path, seed=seed, **engine_config)
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle),
+        max_concurrency=MAX_CONCURRENT_CALLS if continuous_batching else 1)
+    return actor.remote(engine, model_path, seed=seed, continuous_batching=continuous_batching, **engine_config)

@@ -59,7 +59,9 @@ class InferenceEngine(ABC):
     weight_version: int = 0
     """Version of the weights currently loaded (0 = initial checkpoint)."""
     generate_seconds: float = 0.0
-    """Wall time spent inside generate_batch since the last pop_generate_seconds()."""
+    """Wall time spent inside generate_batch (or stepping continuous batches) since the last pop_generate_seconds()."""
+    _submitted: list = []  # requests queued by the default `submit` (replaced, never appended to, per instance)
+    _next_request: int = 0
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
@@ -90,6 +92,37 @@ class InferenceEngine(ABC):
         """Time spent generating since the last call (the engine's busy time, for iteration timers)."""
         seconds, self.generate_seconds = self.generate_seconds, 0.0
         return seconds
+
+    # -- continuous batching (memrl.engines.batcher) --------------------------------------------------------
+    def submit(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[str]:
+        """Queue one request per prompt for `step` and return their ids. This default keeps them until the next
+        step, which generates everything queued as batches: an engine without a scheduler of its own (the torch
+        engine) then serves the requests of many callers together. vLLM adds them to its running batch."""
+        self.check_prompts(prompts)  # a bad prompt fails its caller's call here, not every request of the next step
+        ids = [str(self._next_request + i) for i in range(len(prompts))]
+        self._next_request += len(prompts)
+        self._submitted = [*self._submitted, *((rid, prompt, sampling) for rid, prompt in zip(ids, prompts))]
+        return ids
+
+    def step(self) -> list[tuple[str, GenerationOutput]]:
+        """Advance the submitted requests; returns those that finished, by id. The default generates every queued
+        request, one `generate` per distinct SamplingConfig."""
+        pending, self._submitted = self._submitted, []
+        groups: dict[str, list[tuple[str, list[int], SamplingConfig]]] = {}
+        for request in pending:
+            groups.setdefault(repr(request[2]), []).append(request)
+        finished = []
+        for group in groups.values():
+            outputs = self.generate([prompt for _, prompt, _ in group], group[0][2])
+            finished.extend((rid, out) for (rid, _, _), out in zip(group, outputs, strict=True))
+        return finished
+
+    def check_prompts(self, prompts: list[list[int]]) -> None:
+        """Raise ValueError naming a prompt `generate` would refuse (the default refuses none)."""
+
+    def has_unfinished(self) -> bool:
+        """Whether submitted requests wait for a `step`."""
+        return bool(self._submitted)
 
     @abstractmethod
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:

@@ -66,14 +66,17 @@ class TorchEngine(InferenceEngine):
     def max_model_len(self) -> int:
         return self._max_model_len
 
-    @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
-        """Sample one response per prompt, in batches of at most `max_batch_size` prompts."""
+    def check_prompts(self, prompts: list[list[int]]) -> None:
         for i, prompt in enumerate(prompts):
             self._check_ids(prompt, f"prompt {i}")
             if len(prompt) >= self._max_model_len:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; the model holds {self._max_model_len} "
                                  f"(max_model_len), so a prompt may have at most {self._max_model_len - 1}")
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
+        """Sample one response per prompt, in batches of at most `max_batch_size` prompts."""
+        self.check_prompts(prompts)
         outputs: list[GenerationOutput] = []
         for start in range(0, len(prompts), self.max_batch_size):
             outputs.extend(self._generate_batch(prompts[start : start + self.max_batch_size], sampling))

@@ -164,28 +164,41 @@ class VLLMEngine(InferenceEngine):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[GenerationOutput]:
         """Sample one response per prompt in one vLLM batch."""
-        from vllm import SamplingParams
+        outputs = self.llm.generate(_token_prompts(prompts), _sampling_params(sampling), use_tqdm=False)
+        return [self._output(out) for out in outputs]
 
-        params = SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
-            stop_token_ids=list(sampling.stop_token_ids),
-            # Only SamplingConfig.stop_token_ids end a response, not the EOS in the checkpoint's generation config.
-            ignore_eos=True,
-            logprobs=0,
-            detokenize=False,
-        )
-        outputs = self.llm.generate(_token_prompts(prompts), params, use_tqdm=False)
-        results = []
-        for out in outputs:
-            completion = out.outputs[0]
-            if completion.finish_reason not in ("stop", "length"):
-                raise RuntimeError(f"vLLM ended request {out.request_id} with {completion.finish_reason!r}")
-            token_ids = list(completion.token_ids)
-            logprobs = [step[tok].logprob for tok, step in zip(token_ids, completion.logprobs, strict=True)]
-            results.append(GenerationOutput(token_ids, logprobs, completion.finish_reason, self.weight_version))
-        return results
+    def submit(self, prompts: list[list[int]], sampling: SamplingConfig) -> list[str]:
+        """Add one request per prompt to vLLM's running batch (all of them, or none when one is refused); `step`
+        advances it."""
+        engine, params = self.llm.llm_engine, _sampling_params(sampling)
+        ids = []
+        try:
+            for prompt in _token_prompts(prompts):
+                self._next_request += 1
+                request_id = f"memrl-{self._next_request}"  # what its RequestOutput carries back
+                engine.add_request(request_id, prompt, params)
+                ids.append(request_id)
+        except Exception:
+            if ids:
+                engine.abort_request(ids)
+            raise
+        return ids
+
+    def step(self) -> list[tuple[str, GenerationOutput]]:
+        """One step of vLLM's scheduler over every running request (each decodes a token, new ones prefill);
+        returns the requests that finished in it, by the ids `submit` gave."""
+        return [(out.request_id, self._output(out)) for out in self.llm.llm_engine.step() if out.finished]
+
+    def has_unfinished(self) -> bool:
+        return bool(self.llm.llm_engine.has_unfinished_requests())
+
+    def _output(self, out) -> GenerationOutput:
+        completion = out.outputs[0]
+        if completion.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM ended request {out.request_id} with {completion.finish_reason!r}")
+        token_ids = list(completion.token_ids)
+        logprobs = [step[tok].logprob for tok, step in zip(token_ids, completion.logprobs, strict=True)]
+        return GenerationOutput(token_ids, logprobs, completion.finish_reason, self.weight_version)
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         """Prompt logprobs of prompt + continuation (one extra greedy token is generated and dropped)."""
@@ -230,6 +243,21 @@ class VLLMEngine(InferenceEngine):
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight reload")
         self.weight_version = version
+
+
+def _sampling_params(sampling: SamplingConfig):
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        stop_token_ids=list(sampling.stop_token_ids),
+        # Only SamplingConfig.stop_token_ids end a response, not the EOS in the checkpoint's generation config.
+        ignore_eos=True,
+        logprobs=0,
+        detokenize=False,
+    )
 
 
 def _token_prompts(prompts: list[list[int]]) -> list[Any]:

@@ -3,7 +3,9 @@
 Each trajectory is one `run_episode` coroutine (memrl.rollout.loop); a runner keeps `num_envs` of them in flight
 and their pending requests reach the engine as one batch, so the engine always works on everything that is
 waiting, and the batches are the same on every run with the same seeds (for envs that step in threads, in rounds:
-memrl.rollout.loop.BatchingResponder).
+memrl.rollout.loop.BatchingResponder). Under continuous batching (spec.continuous_batching) each request goes to
+the engine on its own as soon as it is made, and the engine batches the requests of all its runners together
+(memrl.engines.batcher).
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class EnvRunnerSpec:
     max_calls: int
     """Safety cap on LLM calls per trajectory; a trajectory reaching it is truncated
     (env_runners.max_calls_per_episode)."""
+    continuous_batching: bool
+    """Send each request to the engine on its own (an engine started with continuous_batching batches them with
+    other runners'), instead of one batch of every request pending at once (env_runners.continuous_batching)."""
     tokenizer_class: str = ""
     """The class AutoTokenizer picks for tokenizer_path ("module:Class"), so runners load it without importing
     torch; empty: EnvRunnerGroup fills it in."""
@@ -79,8 +84,8 @@ class EnvRunner:
         self.tokenizer = load_tokenizer(spec.tokenizer_path, spec.tokenizer_class)
         self._metadata = tokenizer_metadata(self.tokenizer)
         self.envs: list[gym.Env] = []
+        self._batching = BatchingResponder(self._generate_batch)
         self.configure(spec)
-        self._respond = BatchingResponder(self._generate_batch)
         self._max_model_len: int | None = None
         self._engine_name = "engine"
         self._seed: int | None = None
@@ -94,6 +99,7 @@ class EnvRunner:
                              f"tokenizer_path={spec.tokenizer_path!r} needs new runners")
         self.spec = spec
         self.workflow_cls = workflow_class(spec.workflow)
+        self._respond = self._generate_one if spec.continuous_batching else self._batching
         self.sampling = spec.sampling
         if not self.sampling.stop_token_ids:
             self.sampling = SamplingConfig(**{**vars(spec.sampling), "stop_token_ids": [self.tokenizer.eos_token_id]})
@@ -130,7 +136,7 @@ class EnvRunner:
         # Envs that step in threads finish their steps in the server's order: batches then go out in rounds, once
         # every running episode waits (as many as there are envs, while tasks remain to fill them).
         rounds = any(env.metadata.get("blocking_io") for env in self.envs)
-        self._respond.rounds = (lambda: min(len(self.envs), unfinished)) if rounds else None
+        self._batching.rounds = (lambda: min(len(self.envs), unfinished)) if rounds else None
 
         async def run(position: int, task: Task) -> Trajectory:
             nonlocal unfinished
@@ -141,7 +147,7 @@ class EnvRunner:
                 free_envs.put_nowait(index)
                 unfinished -= 1
                 if rounds:
-                    self._respond.check()
+                    self._batching.check()
 
         jobs = [asyncio.ensure_future(run(position, task)) for position, task in enumerate(tasks)]
         try:
@@ -152,7 +158,7 @@ class EnvRunner:
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
         finally:
-            self._respond.rounds = None
+            self._batching.rounds = None
         self._stats["sample_s"] = time.perf_counter() - start
         self._stats["trajectories"] = len(trajectories)
         self._stats["episodes_failed"] = sum(1 for t in trajectories if t.failure)
@@ -190,10 +196,17 @@ class EnvRunner:
         except ray.exceptions.RayTaskError as exc:
             raise EngineFailed(f"{self._engine_name} failed {step}: {exc}") from None
 
+    async def _generate_one(self, prompt_ids: list[int], key: int = 0) -> GenerationOutput:
+        """One engine call for one request (continuous batching: the engine batches it with other calls)."""
+        (output,) = await self._generate_batch([prompt_ids])
+        return output
+
     async def _generate_batch(self, prompts: list[list[int]]) -> list[GenerationOutput]:
-        """One engine call for every request pending at once; engine batch k is seeded from (seed, k)."""
+        """One engine call for every request pending at once; engine batch k is seeded from (seed, k) (not under
+        continuous batching, where other callers' requests share the engine's steps)."""
         t0 = time.perf_counter()
-        batch_seed = None if self._seed is None else derive_seed(self._seed, int(self._stats["batches"]))
+        batch_seed = (None if self._seed is None or self.spec.continuous_batching
+                      else derive_seed(self._seed, int(self._stats["batches"])))
         outputs = await self._engine_call(self.engine.generate_batch.remote(prompts, self.sampling, batch_seed),
                                           f"a generate call of {len(prompts)} prompts")
         self._stats["generate_s"] += time.perf_counter() - t0

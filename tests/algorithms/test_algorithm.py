@@ -192,9 +192,11 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     # WANDB_MODE=disabled turns a configured wandb project off: nothing is written.
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    # Under continuous batching: the engine serves both runners' requests from one running batch.
     algo = (_config(tiny_checkpoint, "torch", num_learners=1).training(num_minibatches=2)
-            .debugging(wandb_project="memrl-test").build())
+            .env_runners(continuous_batching=True).debugging(wandb_project="memrl-test").build())
     result = algo.train()
+    assert ray.get(algo.engines[0].max_requests_in_flight.remote(), timeout=60) > 1  # calls shared a step
     assert algo._wandb is None and not (tmp_path / "wandb").exists()
     learners = result["learners"]
     assert learners["optimizer_steps"] == 2

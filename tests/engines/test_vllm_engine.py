@@ -161,6 +161,33 @@ def tokens_after_first(tokens: list[int]) -> list[int]:
     return [t for i, t in enumerate(tokens) if i > 0 and t not in tokens[:i]]
 
 
+def _serve_concurrently(self, calls: list[list[list[int]]], max_tokens: int):
+    """Runs in the engine's actor: `calls` at once through a ContinuousBatcher, then each alone."""
+    import threading
+
+    from memrl.engines.batcher import ContinuousBatcher
+
+    greedy = SamplingConfig(max_tokens=max_tokens, temperature=0.0)
+    batcher, results = ContinuousBatcher(self), [None] * len(calls)
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.generate(calls[i], greedy)))
+               for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    alone = [self.generate(c, greedy) for c in calls]
+    return ([[o.token_ids for o in r] for r in results], [[o.token_ids for o in r] for r in alone],
+            batcher.max_requests)
+
+
+def test_continuous_batches_give_each_call_the_replies_it_gets_alone(engine):
+    # Requests of six callers join vLLM's running batch as they come and leave it as they finish.
+    calls = [[PROMPTS[(c + k) % len(PROMPTS)] for k in range(c % 3 + 1)] for c in range(6)]
+    together, alone, most = call(engine.__ray_call__.remote(_serve_concurrently, calls, 12))
+    assert together == alone
+    assert most > 3  # requests of several callers were in flight at once
+
+
 def test_reseeded_batches_repeat(engine):
     # Seeding is per engine and per batch (a per-request seed crashes vLLM's CPU worker). With the engine core
     # in-process, a batch after the same reseed samples the same tokens, whatever ran in between.

@@ -33,7 +33,7 @@ def engine(ray_session, tiny_checkpoint):
 def _spec(tiny_checkpoint, faults: FaultToleranceConfig | None = None, **env_config) -> EnvRunnerSpec:
     return EnvRunnerSpec(env="memrl/Echo-v0", env_config={"num_turns": 2, **env_config}, workflow="last_observation",
                          workflow_config={}, tokenizer_path=str(tiny_checkpoint),
-                         sampling=SamplingConfig(max_tokens=8), num_envs=4, max_calls=64,
+                         sampling=SamplingConfig(max_tokens=8), num_envs=4, max_calls=64, continuous_batching=False,
                          faults=faults or FaultToleranceConfig())
 
 
@@ -62,6 +62,24 @@ def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
     assert stats["calls"] == 12
     assert stats["batches"] < stats["calls"]
     ray.kill(runner)
+
+
+@pytest.mark.slow
+def test_under_continuous_batching_the_engine_batches_the_requests_of_every_runner(ray_session, tiny_checkpoint):
+    # Each episode's request goes out on its own; the engine holds those of both runners in one running batch.
+    engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0, continuous_batching=True)
+    spec = dataclasses.replace(_spec(tiny_checkpoint), continuous_batching=True)
+    group = EnvRunnerGroup(spec, [engine], num_runners=2)
+    tasks = _tasks(16)
+    table, stats = group.sample(tasks)
+    trajs = from_arrow(table)
+    assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
+    assert all(len(t.conversations) == 2 for t in trajs)
+    assert stats["calls"] == stats["batches"] == 32  # one call per request
+    assert ray.get(engine.max_requests_in_flight.remote()) > spec.num_envs  # more than one runner's envs at once
+    assert ray.get(engine.pop_generate_seconds.remote()) > 0
+    group.shutdown()
+    ray.kill(engine)
 
 
 @pytest.mark.slow
@@ -165,7 +183,7 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
                          env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
                          workflow="memagent", workflow_config={"memory_tokens": 16},
                          tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4,
-                         max_calls=64)
+                         max_calls=64, continuous_batching=False)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
     batch, _ = ray.get(runner.sample.remote(_tasks(4), engine, 0))
     assert batch.schema.metadata[b"memrl.tokenizer"] == str(tiny_checkpoint).encode()  # what decodes its ids
@@ -200,7 +218,7 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
     # ReAct keeps the whole history, and the untrained model never answers: the prompt grows every turn.
     spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
                          workflow="react", workflow_config={}, tokenizer_path=str(path),
-                         sampling=SamplingConfig(max_tokens=24), num_envs=4, max_calls=64)
+                         sampling=SamplingConfig(max_tokens=24), num_envs=4, max_calls=64, continuous_batching=False)
     runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
     trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), engine, 0))[0])
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(4)]
@@ -289,7 +307,8 @@ def _search_spec(tiny_checkpoint, url, http_retries: int = 0, **fields) -> EnvRu
                          env_config={"num_objectives": 1, "max_turns": 3, "top_k": 2, "retriever": url,
                                      "http_retries": http_retries},
                          workflow="react", workflow_config={}, tokenizer_path=str(tiny_checkpoint),
-                         sampling=SamplingConfig(max_tokens=12), num_envs=4, max_calls=64, **fields)
+                         sampling=SamplingConfig(max_tokens=12), num_envs=4, max_calls=64, continuous_batching=False,
+                         **fields)
 
 
 class _Searcher(TorchEngine):
