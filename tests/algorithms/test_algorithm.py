@@ -128,6 +128,16 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     assert counters["trajectories_sampled"] == counters["trajectories_trained"] == 12
     assert counters["conversations_trained"] == 24
     assert out["result"]["learners"]["rows"] == 24
+
+    # A learner dies, and this run keeps no periodic checkpoints: it stops at once, naming the learner and what to set.
+    from memrl.learner.learner_group import LearnerFailed
+
+    ray.kill(algo.learner_group.learners[0], no_restart=True)
+    start = time.monotonic()
+    with pytest.raises(LearnerFailed, match=r"learner 0 died during .*no periodic checkpoint to recover from \(set "
+                                            r"fault_tolerance.checkpoint_frequency and checkpoint_dir\)"):
+        algo.train()
+    assert time.monotonic() - start < 60
     algo.stop()
 
 
@@ -225,62 +235,8 @@ def straight_slow_steps(ray_session, tiny_checkpoint) -> list[dict]:
         algo.stop()
 
 
-def test_an_engine_that_dies_or_stalls_is_replaced_and_the_run_goes_on_as_if_it_had_not(ray_session, tiny_checkpoint,
-                                                                                        straight_slow_steps):
-    import os
-    import signal
-    import threading
-    import time
-
-    from memrl.learner.learner_group import LearnerFailed
-
-    algo = _slow_steps(tiny_checkpoint).fault_tolerance(engine_call_timeout_s=5).build()
-
-    def during_next_iteration(fault) -> dict:
-        out = {}
-        thread = threading.Thread(target=lambda: out.update(result=algo.train()))
-        thread.start()
-        time.sleep(0.5)  # the runners are inside their first trajectories' steps
-        fault()
-        thread.join(timeout=300)
-        return out["result"]
-
-    faulty = [during_next_iteration(lambda: ray.kill(algo.engines[0], no_restart=True))]
-    pid = ray.get(algo.engines[0].__ray_call__.remote(lambda self: os.getpid()))
-    start = time.monotonic()
-    faulty.append(during_next_iteration(lambda: os.kill(pid, signal.SIGSTOP)))
-    assert time.monotonic() - start < 60  # the stalled engine is given up after the 5 s call deadline, twice at most
-    learn = algo._learn
-
-    def engine_dies_while_the_learners_train(kept):
-        algo._learn = learn
-        ray.kill(algo.engines[0], no_restart=True)
-        return learn(kept)
-
-    algo._learn = engine_dies_while_the_learners_train  # found dead after the step, replaced before the broadcast
-    faulty.append(algo.train())
-    faulty.append(algo.train())
-    assert [r["counters"]["engine_restarts"] for r in faulty] == [1, 2, 3, 3]
-    assert [r["counters"]["failed_rounds"] for r in faulty] == [1, 2, 2, 2]
-    assert faulty[2]["counters"]["learner_restarts"] == 0  # nothing rolled back: the step was taken once
-    for got, want in zip(faulty, straight_slow_steps):
-        assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
-        g, w = _figures(got), _figures(want)
-        for k in g:
-            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
-
-    # A learner dies, and this run keeps no periodic checkpoints: it stops at once, naming the learner and what to set.
-    ray.kill(algo.learner_group.learners[0], no_restart=True)
-    start = time.monotonic()
-    with pytest.raises(LearnerFailed, match=r"learner 0 died during .*no periodic checkpoint to recover from \(set "
-                                            r"fault_tolerance.checkpoint_frequency and checkpoint_dir\)"):
-        algo.train()
-    assert time.monotonic() - start < 60
-    algo.stop()
-
-
-def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ray_session, tiny_checkpoint, tmp_path,
-                                                                              straight_slow_steps):
+def test_engines_and_learners_that_die_or_stall_are_replaced_and_the_run_goes_on_as_if_they_had_not(
+        ray_session, tiny_checkpoint, tmp_path, straight_slow_steps):
     import os
     import signal
     import threading
@@ -289,16 +245,42 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     (tmp_path / "periodic" / "iteration_000003").mkdir(parents=True)  # another run's: not this run's to use or remove
     algo = _slow_steps(tiny_checkpoint).fault_tolerance(
         checkpoint_frequency=2, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=1,
-        learner_timeout_s=12, max_actor_failures=5).build()
-    results = [algo.train() for _ in range(3)]  # a checkpoint after iteration 2, then the third
+        learner_timeout_s=12, engine_call_timeout_s=5, max_actor_failures=5).build()
+
+    def during_next_iteration(fault) -> dict:
+        out = {}
+        thread = threading.Thread(target=lambda: out.update(result=algo.train()))
+        thread.start()
+        time.sleep(0.5)  # sampling: the runners are inside their first trajectories' steps, the learners idle
+        fault()
+        thread.join(timeout=600)
+        return out["result"]
+
+    # Iterations 1-3, the engine: it dies while the runners sample, then stalls (given up after the 5 s call
+    # deadline, twice at most), then dies while the learners train (found dead after the step, replaced before the
+    # broadcast). Each time it is replaced, and a failed round is sampled again.
+    results = [during_next_iteration(lambda: ray.kill(algo.engines[0], no_restart=True))]
+    pid = ray.get(algo.engines[0].__ray_call__.remote(lambda self: os.getpid()))
+    start = time.monotonic()
+    results.append(during_next_iteration(lambda: os.kill(pid, signal.SIGSTOP)))
+    assert time.monotonic() - start < 60
+    learn = algo._learn
+
+    def engine_dies_while_the_learners_train(kept):
+        algo._learn = learn
+        ray.kill(algo.engines[0], no_restart=True)
+        return learn(kept)
+
+    algo._learn = engine_dies_while_the_learners_train
+    results.append(algo.train())  # a checkpoint after iteration 2, then the third
+    assert [r["counters"]["engine_restarts"] for r in results] == [1, 2, 3]
+    assert [r["counters"]["failed_rounds"] for r in results] == [1, 2, 2]
+    assert results[2]["counters"]["learner_restarts"] == 0  # nothing rolled back: the step was taken once
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000002", "iteration_000003"]
-    out = {}
-    thread = threading.Thread(target=lambda: out.update(result=algo.train()))
-    thread.start()
-    time.sleep(0.5)  # sampling: the learners are idle, the next learner call finds one dead
-    ray.kill(algo.learner_group.learners[1], no_restart=True)
-    thread.join(timeout=600)
-    results.append(out["result"])  # iteration 3 run again from the checkpoint of 2, then iteration 4
+
+    # Iteration 4, a learner dies while the runners sample: the next learner call finds it dead.
+    results.append(during_next_iteration(lambda: ray.kill(algo.learner_group.learners[1], no_restart=True)))
+    # Iteration 3 was run again from the checkpoint of 2, then iteration 4.
     assert results[3]["training_iteration"] == 4 and results[3]["counters"]["learner_restarts"] == 1
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000004"]
 
@@ -313,7 +295,7 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
 
     algo.sync_weights = engine_dies_first
     results.append(algo.train())
-    assert results[4]["counters"]["learner_restarts"] == 2 and results[4]["counters"]["engine_restarts"] == 1
+    assert results[4]["counters"]["learner_restarts"] == 2 and results[4]["counters"]["engine_restarts"] == 4
 
     # A learner stalls in iteration 6: past learner_timeout_s the learners are started anew from the checkpoint of 4,
     # iteration 5 is replayed and 6 run again.
@@ -357,9 +339,12 @@ def test_a_learner_that_dies_is_recovered_from_the_newest_periodic_checkpoint(ra
     assert algo.counters["learner_restarts"] == 5
     assert sorted(p.name for p in (tmp_path / "periodic").iterdir()) == ["iteration_000003", "iteration_000008"]
     assert len(results) == len(straight_slow_steps)
-    for got, want in zip(results, straight_slow_steps):
+    # The two failed rounds sampled their 12 tasks again; the learners' recoveries, from checkpoints that carry the
+    # runners' counters, submitted none twice.
+    extra = [12, 24, 24, 24, 24, 24, 24, 24]
+    for got, want, more in zip(results, straight_slow_steps, extra, strict=True):
         assert got["counters"]["trajectories_trained"] == want["counters"]["trajectories_trained"]
-        assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"]
+        assert got["counters"]["tasks_submitted"] == want["counters"]["tasks_submitted"] + more
         g, w = _figures(got), _figures(want)
         for k in g:
             assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
