@@ -76,8 +76,9 @@ def ray_session():
 
     from memrl.cluster import start_local_ray
 
-    # Logical CPUs above the 2 physical cores so tests can place several 1-CPU actors at once.
-    start_local_ray(num_cpus=8, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    # Logical CPUs above the 2 physical cores so tests can place several 1-CPU actors at once. Actors' output stays
+    # in Ray's log files (an actor's error still reaches its caller as an exception), as in a run that is not verbose.
+    start_local_ray(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 
