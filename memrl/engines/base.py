@@ -60,7 +60,7 @@ class InferenceEngine(ABC):
     """Version of the weights currently loaded (0 = initial checkpoint)."""
     generate_seconds: float = 0.0
     """Wall time spent inside generate_batch (or stepping continuous batches) since the last pop_generate_seconds()."""
-    _submitted: list = []  # requests queued by the default `submit` (replaced, never appended to, per instance)
+    _submitted: tuple = ()  # (id, prompt, sampling) of each request the default `submit` queued for the next step
     _next_request: int = 0
 
     @abstractmethod
@@ -101,13 +101,13 @@ class InferenceEngine(ABC):
         self.check_prompts(prompts)  # a bad prompt fails its caller's call here, not every request of the next step
         ids = [str(self._next_request + i) for i in range(len(prompts))]
         self._next_request += len(prompts)
-        self._submitted = [*self._submitted, *((rid, prompt, sampling) for rid, prompt in zip(ids, prompts))]
+        self._submitted = (*self._submitted, *((rid, prompt, sampling) for rid, prompt in zip(ids, prompts)))
         return ids
 
     def step(self) -> list[tuple[str, GenerationOutput]]:
         """Advance the submitted requests; returns those that finished, by id. The default generates every queued
         request, one `generate` per distinct SamplingConfig."""
-        pending, self._submitted = self._submitted, []
+        pending, self._submitted = self._submitted, ()
         groups: dict[str, list[tuple[str, list[int], SamplingConfig]]] = {}
         for request in pending:
             groups.setdefault(repr(request[2]), []).append(request)

@@ -134,8 +134,9 @@ class EnvRunner:
             free_envs.put_nowait(index)
         unfinished = len(tasks)
         # Envs that step in threads finish their steps in the server's order: batches then go out in rounds, once
-        # every running episode waits (as many as there are envs, while tasks remain to fill them).
-        rounds = any(env.metadata.get("blocking_io") for env in self.envs)
+        # every running episode waits (as many as there are envs, while tasks remain to fill them). Under continuous
+        # batching no batch is formed here.
+        rounds = not self.spec.continuous_batching and any(env.metadata.get("blocking_io") for env in self.envs)
         self._batching.rounds = (lambda: min(len(self.envs), unfinished)) if rounds else None
 
         async def run(position: int, task: Task) -> Trajectory:
