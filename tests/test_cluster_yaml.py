@@ -1,6 +1,6 @@
 """cluster.yaml is a valid Ray cluster launcher file: a CPU head and a GPU worker type, Ray's own AMI and container
-image (nothing to look up by hand), nothing exposed beyond the head's loopback, and the README's cluster section
-follows it."""
+image (nothing to look up by hand), nothing exposed beyond the head's loopback, and the cluster guide
+(docs/guide/cluster.md) follows it."""
 
 import re
 from pathlib import Path
@@ -63,9 +63,8 @@ def test_nothing_listens_beyond_loopback_by_default():
     assert not any("--dashboard-host" in c for c in config["head_start_ray_commands"])
 
 
-def test_readme_cluster_section_is_the_launcher_path():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Running on a cluster"):]
+def test_the_cluster_guide_is_the_launcher_path():
+    section = (ROOT / "docs" / "guide" / "cluster.md").read_text()
     for command in ("ray up cluster.yaml", "ray submit cluster.yaml tuned_examples/", "ray dashboard cluster.yaml",
                     "ray rsync-down cluster.yaml", "ray down cluster.yaml"):
         assert command in section, command

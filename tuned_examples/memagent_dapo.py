@@ -87,7 +87,7 @@ def paper_config(model: str, num_gpus: int, data_path: str | None = None) -> DAP
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", help="GPU runs: local training file (MemAgent's eval/training files or question, "
-                   "context, answers rows; README 'Data files'), else synthetic tasks")
+                   "context, answers rows; docs/envs/chunk_stream.md), else synthetic tasks")
     p.add_argument("--workflow", choices=("memagent", "full_context"), default="memagent",
                    help="CPU runs: train MemAgent (from its warm-start) or the full-context baseline (from its own, "
                    "the same settings; writes runs/memagent_dapo_full_context by default)")

@@ -60,7 +60,7 @@ def config(model: str | Path | None = None, answerer: str | Path | None = None,
     A group whose rollouts all score the same r_acc is left out of the update (dynamic sampling on r_acc, one round,
     as DAPO keeps groups whose accuracy differs): its std-normalised advantages would rank the rollouts by the small
     r_compress / r_tool / r_content differences scaled up to unit size, and on 8 tasks per iteration that steady push
-    shrinks the memory until it loses facts (README, Mem-α results)."""
+    shrinks the memory until it loses facts (docs/methods/memalpha.md)."""
     w = WRITERS[writer]
     model = model or w.warm_start
     cfg, where = served_answerer(MemAlphaConfig(), answerer or ANSWERER_CHECKPOINT)
@@ -112,8 +112,8 @@ def main() -> None:
                    "served as the frozen answerer (CPU default: the warm-start; needed with --num-gpus)")
     p.add_argument("--answerer-gpus", type=int, default=1,
                    help="GPUs that serve a local --answerer checkpoint, taken from --num-gpus; unused for a URL")
-    p.add_argument("--data", help="GPU runs: the Mem-α authors' training rows or MemoryAgentBench rows (README "
-                   "'Data files'), else synthetic tasks")
+    p.add_argument("--data", help="GPU runs: the Mem-α authors' training rows or MemoryAgentBench rows "
+                   "(docs/envs/memory_store.md), else synthetic tasks")
     p.add_argument("--writer", choices=sorted(WRITERS), default="mem-alpha",
                    help="CPU runs: how the policy keeps its memory (WRITERS: Mem-α's tool store, or a flat-memory "
                    "baseline from its own warm-start); writes to runs/memalpha_grpo[_WRITER]")

@@ -14,7 +14,7 @@ The CPU default does not divide advantages by the group's std (the paper's prese
 group whose rollouts differ only in a format slip (rewards 0.1 and 0) would otherwise weigh as much as one with a
 right answer, and the tiny model's sampled rollouts slip often. It also samples at temperature 0.7 (the paper's
 is 1): the tiny model's rollouts at 1 stray far from its greedy ones, and at 0.7 training moves the greedy policy
-further in the same 40 iterations (the README's GRPO section has both runs).
+further in the same 40 iterations (docs/methods/search.md has both runs).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ RL_NUM_DOCS = 4 * NUM_DOCS
 At this length about four in ten of the warm-start's answers are wrong, and most of those failures are names lost
 while the memory is rewritten over about 36 calls, what a trajectory's reward can teach. From the shipped warm-start,
 RL here gains at 40 documents and at every longer length and stays within the interval at 10, while RL at 10
-documents loses at 10 and 80 (figures in the README)."""
+documents loses at 10 and 80 (figures: docs/methods/memagent.md)."""
 CHUNK_TOKENS = 24
 """Tokens per chunk on CPU: one document of up to 13 tokens, two when both are short."""
 MEMORY_TOKENS = 32

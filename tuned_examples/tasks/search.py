@@ -118,7 +118,7 @@ def run_search_example(description: str, name: str, config: Callable, paper_conf
     paper_preset)."""
     p = parser(description)
     p.add_argument("--qa", help="GPU runs: local QA file (Search-R1 / FlashRAG / HotpotQA / NQ rows or MEM1's "
-                   "multi-objective rows; README 'Data files'), else synthetic questions")
+                   "multi-objective rows; docs/envs/search.md), else synthetic questions")
     p.add_argument("--retriever", help="GPU runs: URL of a /retrieve or /search server, else BM25 in process")
     args = p.parse_args()
     return run_example(p, args, name, lambda: config(args.model),

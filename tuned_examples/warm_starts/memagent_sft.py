@@ -60,7 +60,7 @@ of its expert reply: quoting the facts after a lead-in (memrl_envs.chunk_stream.
 keep their document tokens; answering without quoting, a start from the MemAgent warm-start, a higher rate, a wider
 model and one of twice the depth (`--layers 8`) did not help. Scored lookup by lookup on the expert's reply
 (tuned_examples/analyses/full_context_lookups.py), it finds the employer and picks the employer's city no better than
-guessing among the "was born in" cities after the employer's document. Each stage's figures are in the README and in the
+guessing among the "was born in" cities after the employer's document. Each stage's figures are in docs/methods/memagent.md and in the
 build's sft_summary.json; greedy accuracy on 200 questions swings between evaluations 40 steps apart, so the
 summary's last point is a noisy reading of the build."""
 

@@ -62,7 +62,7 @@ WARM_START_RECALL = 0.3
 """The expert the warm-starts imitate keeps each fact in full with this probability (MemoryStoreConfig.expert_recall):
 otherwise it files a conversation's small talk instead of its fact, or only the place of a story's event. The
 warm-start learns that habit with its uncertainty, so a task's rollouts differ in what they keep and GRPO learns
-which memories the answerer needs (the README's Mem-α results). Below 0.5 on purpose:
+which memories the answerer needs (docs/methods/memalpha.md). Below 0.5 on purpose:
 greedy decoding then picks the wrong memory, which the held-out evaluation shows; at 0.5 the warm-start already
 leaned to the fact and RL's gain stayed out of the greedy figure. With the full expert the rollouts differ only where
 a name is miscopied, a skill 30 RL iterations do not teach."""

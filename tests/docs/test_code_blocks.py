@@ -1,5 +1,6 @@
-"""The README's Python examples run as written: each is executed in a fresh process (no Ray yet, as a user's
-script), with only paths and the number of iterations swapped for small local ones."""
+"""The README's and the documentation's code blocks run as written: each Python block is executed in a fresh process
+(no Ray yet, as a user's script), with only paths and the number of iterations swapped for small local ones, and
+every `make` command is a target of the Makefile."""
 
 import re
 import subprocess
@@ -8,21 +9,33 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+"""Every Markdown file a user reads: the README and the documentation's pages."""
+
+
+def blocks(language: str) -> list[str]:
+    """The code blocks of one language in every page."""
+    return [b for page in PAGES for b in re.findall(rf"```{language}\n(.*?)```", page.read_text(), flags=re.S)]
+
+
+def block(starting: str, language: str = "python") -> str:
+    """The one block of the pages that starts with `starting` (a page may repeat another's block word for word)."""
+    found = sorted({b for b in blocks(language) if b.startswith(starting)})
+    assert len(found) == 1, f"the pages hold {len(found)} {language} blocks starting with {starting!r}"
+    return found[0]
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return blocks("python")
 
 
 def _bash_blocks() -> list[str]:
-    return re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    return blocks("bash")
 
 
 def _block(starting: str) -> str:
-    found = [b for b in _python_blocks() if b.startswith(starting)]
-    assert len(found) == 1, f"README has {len(found)} python blocks starting with {starting!r}"
-    return found[0]
+    return block(starting)
 
 
 @pytest.mark.slow
@@ -100,7 +113,7 @@ def test_sft_command_writes_the_model_and_its_summary(tmp_path):
                   if line.startswith("python -m memrl sft")]
     args = command.split()[4:]
     args[args.index("--steps") + 1] = "2"
-    args[args.index("--model") + 1] = str(README.parent / args[args.index("--model") + 1])
+    args[args.index("--model") + 1] = str(ROOT / args[args.index("--model") + 1])
     args += ["--num-train-tasks", "20", "--num-eval-tasks", "4"]
     proc = subprocess.run([sys.executable, "-m", "memrl", "sft", *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
@@ -111,7 +124,7 @@ def test_sft_command_writes_the_model_and_its_summary(tmp_path):
 
 def test_webshop_block_buys_with_the_scripted_expert(tmp_path):
     code = _block("import memrl_envs  # registers memrl/WebShop-v0")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=README.parent, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     asin, reward = proc.stdout.split()[-2:]
     assert asin.startswith("B0") and len(asin) == 10 and 0 < float(reward) <= 1
@@ -125,11 +138,11 @@ def test_cluster_placement_block_prints_what_it_says():
     assert proc.stdout.strip() == expected
 
 
-def test_every_make_command_of_the_readme_is_a_target_of_the_makefile():
+def test_every_make_command_of_the_pages_is_a_target_of_the_makefile():
     commands = {line.split()[1] for block in _bash_blocks()
                 for line in block.splitlines() if line.startswith("make ")}
-    assert {"train", "test", "test-quick", "gpu-test"} <= commands
-    makefile = (README.parent / "Makefile").read_text()
+    assert {"train", "test", "test-quick", "gpu-test", "docs"} <= commands
+    makefile = (ROOT / "Makefile").read_text()
     targets = set(re.findall(r"^([\w-]+):", makefile, flags=re.M))
     assert commands <= targets, sorted(commands - targets)
     # The quick subset is the suite without the tests marked slow, through the same venv.
@@ -139,9 +152,9 @@ def test_every_make_command_of_the_readme_is_a_target_of_the_makefile():
 RUN_BLOCKS = ("from memrl.algorithms import DAPOConfig", "import gymnasium", "from memrl.algorithms import SFTConfig",
               "import memrl_envs  # registers memrl/WebShop-v0", "# Learners where",
               "# my_memory/my_memory/__init__.py", "from pathlib import Path\n\nfrom ray import tune\n")
-"""How each python block of the README starts, as the tests that run it find it (the last two: test_extending)."""
+"""How each python block of the pages starts, as the tests that run it find it (the last two: test_extending)."""
 
 
-def test_every_python_block_of_the_readme_is_run_by_a_test():
+def test_every_python_block_of_the_pages_is_run_by_a_test():
     unrun = [block.splitlines()[0] for block in _python_blocks() if not block.startswith(RUN_BLOCKS)]
     assert unrun == []
