@@ -3,8 +3,7 @@
     .venv-trl/bin/python benchmarks/trl_grpo_worker.py '<json settings>'
 
 Not a memrl module: it imports only TRL, its dependencies and benchmarks/common.py (the standard library alone), so it
-runs in an environment that has TRL and not memrl (`make bench-trl-env` builds one), with the repository on
-PYTHONPATH. The settings (model path, prompt texts, their target words, steps, seed,
+runs in an environment that has TRL and not memrl (`make bench-trl-env` builds one). The settings (model path, prompt texts, their target words, steps, seed,
 learning rate, completion length, group size) come as one JSON argument from benchmarks/vs_trl.py; the figures go
 to stdout as one JSON line prefixed with "RESULT ". Start-up counts from this process's creation to the start of
 the first optimizer step.
@@ -17,7 +16,9 @@ import json
 import sys
 import time
 
-from memrl_benchmarks.common import process_start
+# benchmarks/common.py, beside this script: memrl is not installed in TRL's environment, and a script's own folder
+# comes first on its import path.
+from common import process_start
 
 
 def main() -> None:
@@ -50,13 +51,14 @@ def main() -> None:
     num_prompts, group = len(settings["prompts"]), settings["group_size"]
     steps = settings["warmup_steps"] + settings["steps"]
     # One optimizer step per batch of num_prompts x group completions: every completion of a step is generated
-    # in one go and trained on once (num_iterations=1), with no reference model (beta=0), as memrl's GRPO does.
+    # in one go and trained on once (num_iterations=1), with no reference model (beta=0) and without recomputing
+    # activations in the backward pass (TRL's default turns gradient checkpointing on), as memrl's GRPO does.
     config = GRPOConfig(
         output_dir=settings["out"], use_cpu=True, bf16=False, seed=settings["seed"], learning_rate=settings["lr"],
         per_device_train_batch_size=num_prompts * group, gradient_accumulation_steps=1, steps_per_generation=1,
         num_generations=group, num_iterations=1, beta=0.0, max_completion_length=settings["max_tokens"],
         temperature=1.0, top_p=1.0, top_k=0, max_steps=steps, logging_steps=1, save_strategy="no", report_to=[],
-        disable_tqdm=True, dataloader_num_workers=0)
+        disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=False)
     dataset = Dataset.from_dict({"prompt": settings["prompts"] * steps})
     times = StepTimes()
     trainer = GRPOTrainer(model=settings["model"], reward_funcs=echo_similarity, args=config, train_dataset=dataset,

