@@ -9,7 +9,7 @@ The CPU default starts from the shipped warm-start of the embedded tiny model (b
 `tuned_examples/warm_starts/memagent_sft.py` at 10 documents) on synthetic two-hop questions over 40 documents streamed
 in 24-token chunks (4x the warm-start's length), trains with DAPO on vLLM engines and two DeepSpeed ZeRO-3 learners
 (each batch sampled one iteration ahead, while the learners train on the one before), and evaluates on 400 held-out
-tasks of 40 documents before and after (95% intervals of about +-0.048). The trained policy is written as a Hugging Face
+tasks of 40 documents before and after. The trained policy is written as a Hugging Face
 checkpoint to <out>/model, which `tuned_examples/analyses/memagent_eval.py` measures against longer documents.
 """
 

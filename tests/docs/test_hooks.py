@@ -96,8 +96,8 @@ def test_the_readme_stays_short_and_reaches_every_page():
     assert all((ROOT / page).is_file() for page in linked)
 
 
-INTERVAL = re.compile(r"[+-]?\d\.\d{3} \[[+-]?\d\.\d{3}, [+-]?\d\.\d{3}\]")
-"""A measured figure with its 95% interval, as results are quoted."""
+INTERVAL = re.compile(r"[+-]?\d\.\d{3} \[[+-]?\d\.\d{3}, [+-]?\d\.\d{3}\]|(?<![\w.])[+-]0\.\d{3}\b")
+"""A measured figure with its 95% interval, or a signed change, as results are quoted."""
 
 
 @pytest.mark.parametrize("folder", ["memrl", "envs", "tuned_examples"])

@@ -39,8 +39,8 @@ MEMSEARCHER_SYSTEM = ("Call wikipedia_search in <tool_call></tool_call>, keep a 
 """MemSearcher's short system prompt on the CPU task."""
 
 HELDOUT_TASKS = 2000
-"""Held-out tasks of the search examples' CPU defaults: enough to narrow the summed-EM reward's 95% interval to
-about +-0.03."""
+"""Held-out tasks of the search examples' CPU defaults: enough to narrow the summed-EM reward's 95% interval to a
+few hundredths."""
 HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_runner": HELDOUT_TASKS // 2}
 """Their evaluation settings: every held-out task in flight at once over the CPU defaults' two env runners (about
 twice as fast as 32 at a time)."""

@@ -55,20 +55,17 @@ copy names exactly: the first stage, at a constant rate, teaches the format and 
 decaying to 0 over twice the episodes, the copying. Its remaining failures are copying errors: the first fact with a
 wrong name, or a name of a fact already held changed while rewriting the memory.
 
-The full-context baseline's one-pass lookup blurs as the documents it chooses among grow. What moved it was the form
-of its expert reply: quoting the facts after a lead-in (memrl_envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names
-keep their document tokens; answering without quoting, a start from the MemAgent warm-start, a higher rate, a wider
-model and one of twice the depth (`--layers 8`) did not help. Scored lookup by lookup on the expert's reply
-(tuned_examples/analyses/full_context_lookups.py), it finds the employer and picks the employer's city no better than
-guessing among the "was born in" cities after the employer's document. Each stage's figures are in docs/methods/memagent.md and in the
-build's sft_summary.json; greedy accuracy on 200 questions swings between evaluations 40 steps apart, so the
-summary's last point is a noisy reading of the build."""
+The full-context baseline's one-pass lookup blurs as the documents it chooses among grow; its expert reply quotes the
+facts after a lead-in (memrl_envs.chunk_stream.EVIDENCE_LEAD), so that the quoted names keep their document tokens
+(what else was tried: docs/methods/memagent.md). Each stage's figures are in the build's sft_summary.json; greedy
+accuracy on 200 questions swings between evaluations 40 steps apart, so the summary's last point is a noisy reading
+of the build."""
 
 TRAIN_LENGTHS = {"memagent": NUM_DOCS, "full_context": (2, 4, 6, 8, NUM_DOCS)}
 """Documents per question in each build's training episodes (a tuple draws one length per question); both are
 evaluated at NUM_DOCS. MemAgent's calls each see a chunk of two or three documents. The baseline finds the facts in
-documents of 2 to 10, where the short ones teach the lookup: trained at 10 documents alone it reached 0.25 at 10
-documents, and 310 steps of this mixture followed by 620 at 10 documents reached 0.31, against 0.36 for this one."""
+documents of 2 to 10, where the short ones teach the lookup (a build at 10 documents alone learned it less well:
+docs/methods/memagent.md)."""
 
 
 def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None,

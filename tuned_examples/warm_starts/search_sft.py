@@ -68,8 +68,8 @@ MULTI = Stage(1800, 2000, (1, 2, 4, 8), expert_notes=True, table_task=True, lr_s
 time (--multi): a policy trained on two questions alone answers two questions whatever it is asked, so MEM1's
 Table 1 (1 to 16 questions, search_eval.py) evaluates these instead. The memory agents' expert keeps one note per
 answered question, so 64 tokens hold what 8 questions need; every workflow gets the same steps x batch and the same
-schedule. With the rate held at 1e-3 MEM1 reached 0.95 / 0.765 / 0.44 / 0.056 EM at 1 / 2 / 4 / 8 questions; decayed
-linearly to 0, 0.99 / 0.79 / 0.367 / 0.100 (100 tasks each)."""
+schedule; the rate decays to 0 over the stage, which answered more questions at 4 and 8 than a rate held constant
+(docs/methods/search.md)."""
 
 STAGES = {
     "mem1": (Stage(400, 2000), Stage(800, 4000)),
@@ -79,8 +79,8 @@ STAGES = {
 }
 """Stages of each full build. The loss was still falling fast when the first stages ended, so the second ones go
 on with twice the episodes. MemPO's third stage adds its memory probe (an answer right after the questions and a
-memory): before it the warm-start gave the gold answers a mean probability of about 0.03 there, so the memory
-advantage was mostly noise; after it about 0.35."""
+memory): without it the warm-start gives the gold answers so little probability there that the memory advantage is
+mostly noise (docs/methods/search.md)."""
 
 
 def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None) -> dict:
