@@ -3,7 +3,8 @@
 A page never types a measured number: it names where the number lives, and the build writes it in. So a rerun that
 rewrites a result JSON changes every page that shows it, and a page cannot drift from its file. The directives:
 
-- `{{ value FILE KEY FORMAT }}`: one number of a JSON file (KEY dotted, list items by index), e.g.
+- `{{ value FILE KEY FORMAT }}`: one number of a JSON file (KEY dotted, list items by index) in a Python format spec,
+  scaled first by a factor before a "*" ("1000*.0f": seconds as milliseconds), e.g.
   `{{ value tuned_examples/results/memagent_dapo_summary.json wall_s .0f }}`;
 - `{{ count FILE KEY }}`: how many items the list at KEY holds (a run's iterations);
 - `{{ interval FILE PREFIX }}`: a mean and its 95% interval, from PREFIX_mean, PREFIX_ci_low and PREFIX_ci_high
@@ -55,7 +56,13 @@ def read_json(path: str, root: Path = ROOT) -> dict:
 
 
 def value(path: str, key: str, fmt: str, root: Path = ROOT) -> str:
-    return format(lookup(read_json(path, root), key), fmt)
+    """The number formatted by `fmt` (Python's format spec); "1000*.0f" scales it first (seconds to milliseconds)."""
+    number = lookup(read_json(path, root), key)
+    scale, _, spec = fmt.rpartition("*")
+    try:
+        return format(number * float(scale) if scale else number, spec)
+    except ValueError as e:
+        raise FigureError(f"format {fmt!r}: {e}") from None
 
 
 def count(path: str, key: str, root: Path = ROOT) -> str:
