@@ -251,6 +251,11 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def ratio_text(r: dict, key: str, missing: str) -> str:
+    """A row's ratio with its range over the rounds ("1.40x [1.37, 1.41]"), or `missing` where it has none."""
+    return f"{r[key]:.2f}x [{r[key + '_range'][0]:.2f}, {r[key + '_range'][1]:.2f}]" if key in r else missing
+
+
 def table(results: dict) -> str:
     lines = [f"{'system':>24} {'s/step':>7} {'steps/s':>8} {'compl/s':>8} {'tok/compl':>9} {'peak MB':>8} "
              f"{'start s':>8} {'vs TRL [range]':>19} {'vs TRL kept memory':>19}"]
@@ -258,8 +263,7 @@ def table(results: dict) -> str:
         if "step_s" not in r:
             lines.append(f"{name:>24} skipped: {r['skipped']}")
             continue
-        ratio, kept = (f"{r[key]:.2f}x [{r[key + '_range'][0]:.2f}, {r[key + '_range'][1]:.2f}]" if key in r else "-"
-                       for key in ("ratio_to_trl", "ratio_to_trl_kept_memory"))
+        ratio, kept = (ratio_text(r, key, "-") for key in ("ratio_to_trl", "ratio_to_trl_kept_memory"))
         lines.append(f"{name:>24} {r['step_s']:>7.3f} {r['steps_per_s']:>8.2f} {r['completions_per_s']:>8.1f} "
                      f"{r['completion_tokens_mean']:>9.1f} {r['peak_pss_mb']:>8.0f} {r['startup_s']:>8.1f} "
                      f"{ratio:>19} {kept:>19}")
@@ -270,7 +274,7 @@ LABELS = {"trl": "TRL GRPOTrainer", "trl_kept_memory": "TRL GRPOTrainer, freed m
 """Row names of the TRL systems in the Markdown table; memrl's are spelt out from their settings."""
 
 
-def label(name: str, r: dict) -> str:
+def row_name(name: str, r: dict) -> str:
     if name in LABELS:
         return LABELS[name]
     s = r["settings"]
@@ -286,17 +290,14 @@ def label(name: str, r: dict) -> str:
 
 def markdown_table(results: dict) -> str:
     """Every measured system as a row of a Markdown table (what docs/benchmarks.md shows)."""
-    def ratio(r: dict, key: str) -> str:
-        return f"{r[key]:.2f}x [{r[key + '_range'][0]:.2f}, {r[key + '_range'][1]:.2f}]" if key in r else ""
-
     lines = ["| system | s per step | completions/s | vs TRL [range over rounds] | vs TRL, freed memory kept | "
              "peak memory (PSS) | start-up |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in results["systems"].items():
         if "step_s" not in r:
             lines.append(f"| {LABELS.get(name, name)} | skipped: {r['skipped']} | | | | | |")
             continue
-        lines.append(f"| {label(name, r)} | {r['step_s']:.3f} | {r['completions_per_s']:.0f} | "
-                     f"{ratio(r, 'ratio_to_trl')} | {ratio(r, 'ratio_to_trl_kept_memory')} | "
+        lines.append(f"| {row_name(name, r)} | {r['step_s']:.3f} | {r['completions_per_s']:.0f} | "
+                     f"{ratio_text(r, 'ratio_to_trl', '')} | {ratio_text(r, 'ratio_to_trl_kept_memory', '')} | "
                      f"{r['peak_pss_mb']:.0f} MB | {r['startup_s']:.1f} s |")
     return "\n".join(lines) + "\n"
 

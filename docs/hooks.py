@@ -87,15 +87,11 @@ def headline(name: str, root: Path = ROOT) -> str:
     """A tuned example's held-out score (the summary's "score", reward unless the example names another) before and
     after training with 95% intervals, and the paired change with its own: '0.560 [0.511, 0.608] → 0.642 [0.594,
     0.688], change **+0.083 [+0.044, +0.121]** on 400 held-out tasks'."""
-    summary = read_json(f"tuned_examples/results/{name}_summary.json", root)
+    path = f"tuned_examples/results/{name}_summary.json"
+    summary = read_json(path, root)
     key = summary.get("score") or "reward"
-    before, after, change = (lookup(summary, k) for k in ("eval_before", "eval_after", "change"))
-
-    def scored(ev: dict) -> str:
-        return f"{ev[f'{key}_mean']:.3f} [{ev[f'{key}_ci_low']:.3f}, {ev[f'{key}_ci_high']:.3f}]"
-
-    return (f"{scored(before)} → {scored(after)}, change **{change['mean']:+.3f} [{change['ci_low']:+.3f}, "
-            f"{change['ci_high']:+.3f}]** on {int(after['num_tasks'])} held-out tasks")
+    return (f"{interval(path, f'eval_before.{key}', root)} → {interval(path, f'eval_after.{key}', root)}, change "
+            f"**{change(path, root)}** on {int(lookup(summary, 'eval_after.num_tasks'))} held-out tasks")
 
 
 def table(path: str, root: Path = ROOT) -> str:
