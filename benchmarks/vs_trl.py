@@ -315,7 +315,7 @@ def main() -> None:
     args = p.parse_args()
     started = time.perf_counter()
     log = elapsed_log()
-    rounds, steps, warmup = (2, 2, 1) if args.quick else (args.rounds, args.steps, args.warmup)
+    rounds, steps, warmup = (1, 2, 1) if args.quick else (args.rounds, args.steps, args.warmup)
     args.out.mkdir(parents=True, exist_ok=True)
 
     from transformers import AutoTokenizer

@@ -1,4 +1,4 @@
-"""End-to-end iterations of DAPO on the Echo toy env: real engines, DeepSpeed ZeRO-3 learners (two ranks where the
+"""End-to-end iterations of DAPO on the Echo toy env: the torch engine, DeepSpeed ZeRO-3 learners (two ranks where the
 test is about ranks), gloo sync."""
 
 import math
@@ -14,14 +14,12 @@ from memrl.algorithms import DAPOConfig
 pytestmark = pytest.mark.slow
 
 
-def _config(checkpoint, engine: str, num_learners: int = 2) -> DAPOConfig:
+def _config(checkpoint, num_learners: int = 2) -> DAPOConfig:
     """Echo on 2 env runners over one engine; 2 learners where ranks matter to the test (a rank left behind in a
     collective, ZeRO-3 partitions checkpointed and restored, weights gathered for the sync), else 1."""
-    engine_config = {"kv_cache_bytes": 64 * 1024**2} if engine == "vllm" else {}
     return (DAPOConfig()
             .environment("memrl/Echo-v0", env_config={"num_turns": 2, "reward": "similarity"})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine=engine, engine_config=engine_config,
-                         max_tokens=6)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
             .learners(model_path=str(checkpoint), num_learners=num_learners, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, dynamic_sampling=False)
             .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=2)
@@ -47,9 +45,9 @@ def _figures(result: dict) -> dict[str, float]:
 
 
 def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_path, killed_commit):
-    # Three iterations on vLLM, with a checkpoint after the second. (The torch engine's weight sync is held to the
-    # sender's model in tests/engines/test_torch_engine.py; every fault test below resumes runs served by it.)
-    algo = _config(tiny_checkpoint, "vllm").build()
+    # Three iterations, with a checkpoint after the second. (vLLM's side of the weight sync is held to the sender's
+    # model in tests/engines/test_vllm_engine.py, and the tuned examples' tests train through it.)
+    algo = _config(tiny_checkpoint).build()
     algo.evaluate()  # held-out generation before training counts into no iteration's timers, nor changes its figures
     straight = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")
@@ -89,7 +87,7 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
 
     # A new algorithm restores the checkpoint and does the third iteration exactly as the uninterrupted run did
     # (saving it changed nothing either).
-    algo = _config(tiny_checkpoint, "vllm").build()
+    algo = _config(tiny_checkpoint).build()
     algo.restore_from_path(path)
     resumed = algo.train()
     assert resumed["training_iteration"] == 3
@@ -113,7 +111,7 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
     import threading
     import time
 
-    config = _config(tiny_checkpoint, "torch", num_learners=1).environment(
+    config = _config(tiny_checkpoint, num_learners=1).environment(
         env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.3})
     algo = config.build()
     out = {}
@@ -143,7 +141,7 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
 
 @pytest.mark.parametrize("num_env_runners", [2, 0])
 def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint, num_env_runners):
-    config = _config(tiny_checkpoint, "torch", num_learners=1).environment(
+    config = _config(tiny_checkpoint, num_learners=1).environment(
         env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4}).env_runners(
         num_env_runners=num_env_runners)
     algo = config.build()
@@ -181,7 +179,7 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     # With the exact-match reward an untrained model scores 0 everywhere: every group has zero variance.
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    config = (_config(tiny_checkpoint, "torch", num_learners=1)
+    config = (_config(tiny_checkpoint, num_learners=1)
               .environment(env_config={"num_turns": 1, "reward": "exact"})
               .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
               .debugging(wandb_project="memrl-test"))
@@ -203,7 +201,7 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     # Under continuous batching: the engine serves both runners' requests from one running batch.
-    algo = (_config(tiny_checkpoint, "torch", num_learners=1).training(num_minibatches=2)
+    algo = (_config(tiny_checkpoint, num_learners=1).training(num_minibatches=2)
             .env_runners(continuous_batching=True).debugging(wandb_project="memrl-test").build())
     result = algo.train()
     assert ray.get(algo.engines[0].max_requests_in_flight.remote(), timeout=60) > 1  # calls shared a step
@@ -221,7 +219,7 @@ def _slow_steps(checkpoint) -> DAPOConfig:
     """Echo steps of 0.1 s: a runner steps its envs one after another, so sampling an iteration's 12 episodes of 2
     steps takes at least 1.2 s, and a fault injected half a second into an iteration lands while episodes are
     running."""
-    return _config(checkpoint, "torch").environment(
+    return _config(checkpoint).environment(
         env_config={"num_turns": 2, "reward": "similarity", "step_delay_s": 0.1})
 
 
@@ -358,7 +356,7 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
 
     from memrl.checkpoints import CheckpointError
 
-    algo = _config(tiny_checkpoint, "torch").fault_tolerance(
+    algo = _config(tiny_checkpoint).fault_tolerance(
         checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=2,
         learner_timeout_s=300).build()
     algo.train()  # the first save: its size is what the next one needs
@@ -425,7 +423,7 @@ def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(r
 
     judge = {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 0.5,
              "options": {"model_path": str(tiny_checkpoint), "max_tokens": 4}}
-    config = (_config(tiny_checkpoint, "torch", num_learners=1).services(actors={"judge": judge})
+    config = (_config(tiny_checkpoint, num_learners=1).services(actors={"judge": judge})
               .training(lr=tune.grid_search([1e-4, 1e-3])))
     bundles = DAPO.default_resource_request(config.to_dict()).bundles
     # The algorithm, its learner, its engine and its side service.
