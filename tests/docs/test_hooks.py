@@ -1,5 +1,6 @@
 """The documentation site: it builds offline with --strict, every figure a page shows is read from its result file
-(a changed file changes the page), the README's figures match those files, and no docstring quotes a result."""
+(a changed file changes the page), every interval a page quotes is held by a result file, the README's figures match
+those files, and no docstring quotes a result."""
 
 import importlib.util
 import json
@@ -44,6 +45,9 @@ def test_the_site_builds_offline_with_strict_and_shows_the_figures_and_plots(tmp
 def test_a_changed_result_file_changes_every_page_that_shows_it(tmp_path):
     for folder in ("tuned_examples/results", "benchmarks/results"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
+    for sft_summary in (ROOT / "tuned_examples" / "checkpoints").glob("*/sft_summary.json"):  # warm-starts' figures
+        (tmp_path / sft_summary.relative_to(ROOT)).parent.mkdir(parents=True)
+        shutil.copy(sft_summary, tmp_path / sft_summary.relative_to(ROOT))
     summary = tmp_path / "tuned_examples" / "results" / "memagent_dapo_summary.json"
     data = json.loads(summary.read_text())
     data["eval_after"]["reward_mean"] = 0.7771
@@ -110,3 +114,80 @@ def test_no_docstring_or_comment_quotes_a_measured_result(folder):
 def test_no_page_names_a_machine_path():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     assert [p.name for p in pages if re.search(r"/work/|/root/|/home/\w+|/Users/\w+", p.read_text())] == []
+
+
+NUMBER = r"[+-]?\d+(?:\.\d+)?"
+QUOTED_INTERVAL = re.compile(rf"(?<![\w.])({NUMBER})x?[ \t]+\[({NUMBER})x?,[ \t]+({NUMBER})x?\]")
+"""A figure and its interval as a page writes it, "0.560 [0.511, 0.608]" or "1.50x [1.44, 1.56]", on one line once
+`_prose` has joined the lines of its paragraph."""
+
+RESULT_FOLDERS = ("tuned_examples/results", "benchmarks/results")
+
+
+def _prose(markdown: str) -> str:
+    """The page with its directives blanked and each paragraph's line breaks read as spaces, every character at its
+    own offset (so an offset still names its line); table rows stay apart."""
+    blanked = hooks.DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), markdown)
+    return re.sub(r"(?<=[^\n])\n(?=[ \t]*[^\s|])", " ", blanked)
+
+
+def _numbers_of_each_object(data, into: list) -> list:
+    """The numbers each dict of a JSON document holds directly, one list per dict, at any depth."""
+    if isinstance(data, dict):
+        into.append([v for v in data.values() if isinstance(v, (int, float)) and not isinstance(v, bool)])
+    for item in data.values() if isinstance(data, dict) else data if isinstance(data, list) else ():
+        _numbers_of_each_object(item, into)
+    return into
+
+
+def _as_written(number: float, like: str) -> str:
+    """`number` at the precision of `like`, with a "+" where `like` shows one."""
+    decimals = len(like.partition(".")[2])
+    return format(number, f"{'+' if like.startswith('+') else ''}.{decimals}f")
+
+
+def unbacked_intervals(pages, root: Path = ROOT) -> list[str]:
+    """'page:line: interval' for every interval a page quotes that no result file holds: neither verbatim in a result
+    table (.md) nor as three numbers of one JSON object that read as the figure, its low and its high end."""
+    tables = "\n".join(p.read_text() for folder in RESULT_FOLDERS for p in sorted((root / folder).rglob("*.md")))
+    objects = [numbers for folder in RESULT_FOLDERS for p in sorted((root / folder).rglob("*.json"))
+               for numbers in _numbers_of_each_object(json.loads(p.read_text()), [])]
+
+    def in_json(mean: str, low: str, high: str) -> bool:
+        for numbers in objects:
+            for i, m in enumerate(numbers):
+                if _as_written(m, mean) != mean:
+                    continue
+                for j, lo in enumerate(numbers):
+                    if j != i and lo <= m and _as_written(lo, low) == low and any(
+                            k not in (i, j) and hi >= m and _as_written(hi, high) == high
+                            for k, hi in enumerate(numbers)):
+                        return True
+        return False
+
+    found = []
+    for page in pages:
+        markdown = page.read_text()
+        for match in QUOTED_INTERVAL.finditer(_prose(markdown)):
+            quoted = re.sub(r"\s+", " ", match.group(0))
+            if quoted not in tables and not in_json(*match.groups()):
+                line = markdown.count("\n", 0, match.start()) + 1
+                found.append(f"{page.relative_to(root).as_posix()}:{line}: {quoted}")
+    return found
+
+
+def test_every_interval_a_page_quotes_is_in_a_result_file():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert unbacked_intervals(pages) == []
+
+
+def test_an_invented_interval_is_reported_with_its_page_and_line(tmp_path):
+    for folder in RESULT_FOLDERS:
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    shown = hooks.change("tuned_examples/results/memagent_dapo_summary.json")
+    page.write_text(f"# A page\n\nThe change, {shown}, is backed;\nthis one, +0.123 [+0.045,\n+0.201], is not.\n\n"
+                    "{{ change tuned_examples/results/memagent_dapo_summary.json }} | 1.37x [1.29, 1.45] |\n")
+    assert unbacked_intervals([page], root=tmp_path) == ["docs/page.md:4: +0.123 [+0.045, +0.201]",
+                                                         "docs/page.md:7: 1.37x [1.29, 1.45]"]
