@@ -67,19 +67,20 @@ def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
 @pytest.mark.slow
 def test_under_continuous_batching_the_engine_batches_the_requests_of_every_runner(ray_session, tiny_checkpoint):
     # Each episode's request goes out on its own; the engine holds those of both runners in one running batch.
-    # Every request runs its 48 tokens (it stops only on the padding token, which the model never samples), so a
-    # runner's requests are still running when the other's arrive, however the machine's load delays either.
+    # Every request runs its 128 tokens (it stops only on the padding token, which the model never samples) and each
+    # episode makes 4 of them, so a runner keeps requests running for seconds: the other's arrive meanwhile, however
+    # the machine's load delays either.
     engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0, continuous_batching=True)
-    spec = dataclasses.replace(_spec(tiny_checkpoint), continuous_batching=True,
-                               sampling=SamplingConfig(max_tokens=48, stop_token_ids=[0]))
+    spec = dataclasses.replace(_spec(tiny_checkpoint, num_turns=4), continuous_batching=True,
+                               sampling=SamplingConfig(max_tokens=128, stop_token_ids=[0]))
     group = EnvRunnerGroup(spec, [engine], num_runners=2)
     group.sample(_tasks(4))  # both runners up (on a busy machine one can start seconds after the other)
     tasks = _tasks(16)
     table, stats = group.sample(tasks)
     trajs = from_arrow(table)
     assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
-    assert all(len(t.conversations) == 2 for t in trajs)
-    assert stats["calls"] == stats["batches"] == 32  # one call per request
+    assert all(len(t.conversations) == 4 for t in trajs)
+    assert stats["calls"] == stats["batches"] == 64  # one call per request
     assert ray.get(engine.max_requests_in_flight.remote()) > spec.num_envs  # more than one runner's envs at once
     assert ray.get(engine.pop_generate_seconds.remote()) > 0
     group.shutdown()
