@@ -1,6 +1,7 @@
 """The documentation site: it builds offline with --strict, every figure a page shows is read from its result file
-(a changed file changes the page), every interval a page quotes is held by a result file, the README's figures match
-those files, and no docstring quotes a result."""
+(a changed file changes the page), every interval a page quotes is held by a result file, every other figure a page
+types is held by the result file its paragraph or table names, the README's figures match those files, and no
+docstring quotes a result."""
 
 import importlib.util
 import json
@@ -191,3 +192,134 @@ def test_an_invented_interval_is_reported_with_its_page_and_line(tmp_path):
                     "{{ change tuned_examples/results/memagent_dapo_summary.json }} | 1.37x [1.29, 1.45] |\n")
     assert unbacked_intervals([page], root=tmp_path) == ["docs/page.md:4: +0.123 [+0.045, +0.201]",
                                                          "docs/page.md:7: 1.37x [1.29, 1.45]"]
+
+
+FIGURE = re.compile(r"(?<![\w.\[])(?<!\[[+-])[+-]?\d+\.\d{2,}(?![\d\]])")
+"""A figure as a page types it: a number with two or more decimals, with the sign the page gives it. An interval's
+ends ("[-0.041, +0.005]") are `unbacked_intervals`' to check; the figure before the bracket is one."""
+
+FILE_NAME = re.compile(r"[\w./-]+\.(?:\{[\w,]+\}|json|md)(?![\w-])")
+"""A result file as a page names it: `memagent_sampled.md`, `tuned_examples/results/memagent_length.json`,
+`mem1_search_sft/sft_summary.json`, or several at once, `tuned_examples/results/memagent_length.{json,md,png}`."""
+
+FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.M | re.S)
+"""A fenced code block: commands, code and what they print."""
+
+CODE_SPAN = re.compile(r"(`+)(?!`)(?:[^\n]|\n(?![ \t]*\n))*?(?<!`)\1(?!`)")
+"""A code span, which may run over a line break of its paragraph: a command, a setting, a name."""
+
+LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d+[.)])[ \t]")
+
+
+def _blanked(pattern: re.Pattern, text: str, fill: str = " ") -> str:
+    """`text` with every match of `pattern` filled with `fill`, its line breaks kept (so a line is still that line)."""
+    return pattern.sub(lambda m: re.sub(r"[^\n]", fill, m.group(0)), text)
+
+
+def _blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, last) line index of each block of a page: a paragraph, a list item, a heading, or a whole table with
+    the block right before it (the sentence that introduces the table, a code block between them left out)."""
+    blocks, before = [], None
+    for i, line in enumerate(lines):
+        text = line.strip()
+        kind = None if not text else "table" if text.startswith("|") else "heading" if text.startswith("#") else "text"
+        if kind is not None:
+            if kind == before and kind != "heading" and not LIST_ITEM.match(line):
+                blocks[-1][1] = i
+            else:
+                blocks.append([i, i, kind])
+        before = kind
+    merged = []
+    for first, last, kind in blocks:
+        if kind == "table" and merged:
+            merged[-1] = (merged[-1][0], last)
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _result_files(root: Path) -> dict[str, Path]:
+    """Every result file by its path from the root: the results folders' JSON and Markdown tables, and the
+    warm-starts' `sft_summary.json`."""
+    files = [p for folder in RESULT_FOLDERS for p in sorted((root / folder).rglob("*")) if p.suffix in (".json", ".md")]
+    files += sorted((root / "tuned_examples" / "checkpoints").glob("*/sft_summary.json"))
+    return {p.relative_to(root).as_posix(): p for p in files}
+
+
+def _named(text: str, files: dict[str, Path]) -> list[str]:
+    """The result files a block names, each by a name (a path's last parts) that fits that one file alone."""
+    named = []
+    for name in FILE_NAME.findall(text):
+        stem, brace, extensions = name.partition(".{")
+        for one in [f"{stem}.{ext}" for ext in extensions.rstrip("}").split(",")] if brace else [name]:
+            fits = [path for path in files if path == one or path.endswith("/" + one)]
+            if len(fits) == 1 and fits[0] not in named:
+                named.append(fits[0])
+    return named
+
+
+def _all_numbers(data) -> list:
+    """Every number of a JSON document, at any depth."""
+    if isinstance(data, dict):
+        return [n for v in data.values() for n in _all_numbers(v)]
+    if isinstance(data, list):
+        return [n for v in data for n in _all_numbers(v)]
+    return [data] if isinstance(data, (int, float)) and not isinstance(data, bool) else []
+
+
+def _holds(file: Path, figure: str) -> bool:
+    """Whether a result file holds a figure as written: a Markdown table as one of its numbers, a JSON file as a number
+    that reads as the figure at its precision and sign."""
+    if file.suffix == ".md":
+        return figure in re.findall(r"(?<![\w.])[+-]?\d+\.\d+", file.read_text())
+    return any(_as_written(n, figure) == figure for n in _all_numbers(json.loads(file.read_text())))
+
+
+def unbacked_figures(pages, root: Path = ROOT) -> list[str]:
+    """'page:line: figure, why' for every figure with two or more decimals that a page types (outside directives and
+    code) and the result files its block names do not hold, or in a block that names no result file."""
+    files = _result_files(root)
+    found = []
+    for page in pages:
+        # Directives filled rather than blanked, so that a line of directives stays in its paragraph or table.
+        text = _blanked(hooks.DIRECTIVE, _blanked(FENCE, page.read_text()), "~")
+        lines, figure_lines = text.split("\n"), _blanked(CODE_SPAN, text).split("\n")
+        for first, last in _blocks(lines):
+            names = _named("\n".join(lines[first:last + 1]), files)
+            for i in range(first, last + 1):
+                for figure in FIGURE.findall(figure_lines[i]):
+                    where = f"{page.relative_to(root).as_posix()}:{i + 1}: {figure}"
+                    if not names:
+                        found.append(f"{where}, in a block that names no result file")
+                    elif not any(_holds(files[name], figure) for name in names):
+                        found.append(f"{where}, not in {' or '.join(names)}")
+    return found
+
+
+def test_every_figure_a_page_types_is_in_the_result_file_its_block_names():
+    assert unbacked_figures(sorted((ROOT / "docs").rglob("*.md"))) == []
+
+
+def test_a_figure_its_named_file_lacks_or_that_names_no_file_is_reported_with_its_page_and_line(tmp_path):
+    results = tmp_path / "tuned_examples" / "results"
+    warm_start = tmp_path / "tuned_examples" / "checkpoints" / "toy_sft"
+    results.mkdir(parents=True)
+    warm_start.mkdir(parents=True)
+    (results / "toy.json").write_text(json.dumps({"rows": [{"accuracy": 0.812, "change": -0.0184}]}))
+    (results / "toy.md").write_text("| policy | 1x |\n|---|---|\n| RL | 0.714 [0.682, 0.746] |\n")
+    (warm_start / "sft_summary.json").write_text(json.dumps({"final": {"nll": 1.2345}}))
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    page.write_text("# A page\n\nOne sample is right for 0.714 of the questions\n(`toy.md`), not 0.715.\n\n"
+                    "Accuracy at 1x (`tuned_examples/results/toy.json`):\n\n```bash\npython eval.py --lr 0.25\n```\n\n"
+                    "| policy | 1x | change |\n|---|---|---|\n| RL | 0.812 [0.800, 0.830] | -0.018 |\n"
+                    "| warm-start | 0.831 | +0.018 |\n\n"
+                    "- naming no file: 0.746, with `kl_coef=0.05` and "
+                    "{{ value tuned_examples/results/toy.json rows.0.accuracy .3f }}\n"
+                    "- the warm-start's NLL, 1.23 (`toy_sft/sft_summary.json`), not 1.24\n")
+    assert unbacked_figures([page], root=tmp_path) == [
+        "docs/page.md:4: 0.715, not in tuned_examples/results/toy.md",
+        "docs/page.md:15: 0.831, not in tuned_examples/results/toy.json",
+        "docs/page.md:15: +0.018, not in tuned_examples/results/toy.json",
+        "docs/page.md:17: 0.746, in a block that names no result file",
+        "docs/page.md:18: 1.24, not in tuned_examples/checkpoints/toy_sft/sft_summary.json"]
