@@ -54,6 +54,8 @@ class Settings:
     """Parameter sets (MB of float32) built for the weight sync at sizes users meet."""
     sync_size_repeats: int = 10
     """Timed transfers per variant and size, after one warm-up round."""
+    sync_sizes_vllm: bool = True
+    """Start a VLLMEngine at each size and time its receive, reload included."""
     num_trajectories: int = 256
     """Trajectories in the serialization batch."""
     convs_per_trajectory: int = 4
@@ -79,7 +81,7 @@ class Settings:
 
 
 QUICK = Settings(num_prompts=8, prompt_len_min=20, prompt_len_max=60, max_tokens=8, rollout_repeats=1, sync_repeats=5,
-                 sync_sizes_mb=(8,), sync_size_repeats=2,
+                 sync_sizes_mb=(8,), sync_size_repeats=2, sync_sizes_vllm=False,
                  num_trajectories=32, serialization_repeats=2, iterations=1, tasks_per_iteration=2, group_size=4,
                  envs_per_runner=4, learners=1)
 """--quick: every section runs, on small sizes (what the test uses)."""
@@ -310,6 +312,10 @@ def bench_weight_sync(bench: SyncBench, engines: dict[str, Any], settings: Setti
     return {"bytes": float(bench.nbytes), "num_tensors": float(len(metas)), **out}
 
 
+SIZED_KV_CACHE_BYTES = 64 * 1024**2
+"""KV cache of the VLLMEngine on a sized checkpoint: it only receives weights."""
+
+
 def build_sized_checkpoint(path: Path, megabytes: int) -> str:
     """A Qwen2 checkpoint with about `megabytes` MB of float32 parameters (random weights, the tiny vocabulary):
     width 1024 from 64 MB up (256 below), as many layers as the size takes."""
@@ -332,11 +338,14 @@ def build_sized_checkpoint(path: Path, megabytes: int) -> str:
 
 
 def bench_weight_sync_sizes(settings: Settings, tmp: Path, log) -> dict[str, Any]:
-    """At each size: a raw gloo broadcast of the bytes as one tensor, the bucketed broadcast (default bucket size)
-    into fresh tensors, and the same into a TorchEngine's parameters (`receive_weights`), timed in rounds."""
+    """At each size: a raw gloo broadcast of the bytes as one tensor; the bucketed broadcast (default bucket size)
+    into fresh tensors (a GPU engine's receive); the same into kept buffers (`StagingReceiver`, a CPU vLLM worker's
+    receive); into a TorchEngine's parameters and into a VLLMEngine, reload included (`receive_weights`); timed in
+    rounds."""
     from memrl.config import LearnersConfig
     from memrl.engines.torch_engine import TorchEngine
-    from memrl.weight_sync import broadcast_recv, init_group, plan_buckets
+    from memrl.engines.vllm_engine import VLLMEngine
+    from memrl.weight_sync import StagingReceiver, broadcast_recv, init_group, plan_buckets
 
     bucket = LearnersConfig().weight_sync_bucket_bytes
     out: dict[str, Any] = {}
@@ -349,21 +358,31 @@ def bench_weight_sync_sizes(settings: Settings, tmp: Path, log) -> dict[str, Any
             index = bench.join(lambda host, port: holder.update(group=init_group(host, port, 1, 2, "gloo")))
             group, metas = holder["group"], bench.metas
             buffer = torch.empty(bench.numel, dtype=torch.float32)
+            staging = StagingReceiver(group)
             engine = TorchEngine(path)
             engine_index = bench.join(lambda host, port: engine.init_weight_sync(host, port, 1, 2, "gloo"))
-            versions = _versions()
-            figures = bench.measure({
+            versions, vllm_versions = _versions(), _versions()
+            variants = {
                 "raw_gloo": ("raw", index, lambda: group.broadcast(buffer, 0).wait()),
                 "bucketed": ("bucketed", (index, bucket), lambda: list(broadcast_recv(group, metas, bucket))),
+                "staged": ("bucketed", (index, bucket), lambda: list(staging.receive(metas))),
                 "torch_engine_reload": ("bucketed", (engine_index, bucket),
                                         lambda: engine.receive_weights(metas, next(versions), bucket)),
-            }, settings.sync_size_repeats)
-            buffer = engine = None
+            }
+            vllm_engine = None
+            if settings.sync_sizes_vllm:
+                log(f"weight sync at {megabytes} MB: starting vLLM")
+                vllm_engine = VLLMEngine(path, kv_cache_bytes=SIZED_KV_CACHE_BYTES)
+                vllm_index = bench.join(lambda host, port: vllm_engine.init_weight_sync(host, port, 1, 2, "gloo"))
+                variants["vllm_engine_reload"] = ("bucketed", (vllm_index, bucket), lambda: vllm_engine.receive_weights(
+                    metas, next(vllm_versions), bucket))
+            figures = bench.measure(variants, settings.sync_size_repeats)
+            buffer = engine = vllm_engine = staging = None
             gc.collect()
         finally:
             bench.close()
         raw = figures["raw_gloo"]
-        for key in ("bucketed", "torch_engine_reload"):
+        for key in set(figures) - {"raw_gloo"}:
             figures[key]["bandwidth_vs_raw"] = raw["mean_s"] / figures[key]["mean_s"]
             figures[key]["bandwidth_vs_raw_best"] = raw["min_s"] / figures[key]["min_s"]
         out[f"{megabytes}mb"] = {"bytes": float(bench.nbytes), "num_tensors": float(len(metas)),
@@ -579,11 +598,16 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax = axes[0, 2]
     labels = list(sizes)
     xs = np.arange(len(labels))
-    for offset, (key, name) in zip((-0.27, 0, 0.27), (("raw_gloo", "raw gloo, 1 tensor"),
-                                                      ("bucketed", "bucketed broadcast"),
-                                                      ("torch_engine_reload", "into TorchEngine"))):
+    bars = [(key, name) for key, name in (("raw_gloo", "raw gloo, 1 tensor"), ("bucketed", "into fresh buckets"),
+                                          ("staged", "into kept buffers (vLLM worker, CPU)"),
+                                          ("torch_engine_reload", "into TorchEngine"),
+                                          ("vllm_engine_reload", "into VLLMEngine, reload included"))
+            if all(key in sizes[k] for k in labels)]
+    width = 0.8 / len(bars)
+    for n, (key, name) in enumerate(bars):
+        offset = (n - (len(bars) - 1) / 2) * width
         rates = [sizes[k]["bytes"] / sizes[k][key]["mean_s"] / 1e6 for k in labels]
-        ax.bar(xs + offset, rates, width=0.27, label=name)
+        ax.bar(xs + offset, rates, width=width, label=name)
         if key != "raw_gloo":
             for x, k, rate in zip(xs, labels, rates):
                 ax.text(x + offset, rate, f"{sizes[k][key]['bandwidth_vs_raw']:.2f}x", ha="center", va="bottom",
@@ -629,7 +653,10 @@ def table(results: dict[str, Any]) -> str:
         raw_s = size["raw_gloo"]
         row(f"sync raw gloo broadcast ({size['bytes'] / 1e6:.0f} MB)", f"{raw_s['mean_s'] * 1e3:.0f} ms",
             f"{raw_s['min_s'] * 1e3:.0f} ms", f"{raw_s['mb_per_s']:.0f} MB/s")
-        for name, label in (("bucketed", "bucketed"), ("torch_engine_reload", "TorchEngine reload")):
+        for name, label in (("bucketed", "into fresh buckets"), ("staged", "into kept buffers"),
+                            ("torch_engine_reload", "TorchEngine reload"), ("vllm_engine_reload", "VLLMEngine reload")):
+            if name not in size:
+                continue
             f = size[name]
             row(f"sync {label} ({size['bytes'] / 1e6:.0f} MB)", f"{f['mean_s'] * 1e3:.0f} ms",
                 f"{f['min_s'] * 1e3:.0f} ms", f"{f['bandwidth_vs_raw']:.2f}x raw bandwidth, {f['mb_per_s']:.0f} MB/s")

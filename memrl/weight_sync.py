@@ -166,6 +166,37 @@ class BucketReceiver:
                 yield name, view
 
 
+class StagingReceiver:
+    """Ranks > 0: the tensors of `broadcast_send`, each received into a buffer of its own that is kept from one
+    transfer to the next, for a consumer that copies them into a model of another layout and may hold some until it
+    has more (vLLM's reload gathers a layer's weights before loading the layer). Every receive is posted at once and
+    each tensor is yielded as soon as it has arrived, so the consumer's copy of one overlaps the arrival of the next;
+    a yielded tensor stays valid until the next `receive`.
+
+    On a CPU, fresh buffers for every transfer (`BucketReceiver` without reuse) come as fresh pages from the OS, each
+    faulted in and zeroed as the bytes land: kept buffers skip that, at the cost of one copy of the weights held
+    between transfers. A GPU's caching allocator serves fresh buffers from memory it holds, so there the bucketed
+    receive keeps the smaller footprint."""
+
+    def __init__(self, pg, device: str | torch.device = "cpu"):
+        self.pg, self.device = pg, torch.device(device)
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def receive(self, metas: list[TensorMeta]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (name, tensor) for every tensor of `metas`, in order, as rank 0 broadcasts them."""
+        kept, self._buffers = self._buffers, {}
+        for name, shape, dtype in metas:
+            buffer = kept.get(name)
+            if buffer is None or tuple(buffer.shape) != tuple(shape) or buffer.dtype != _dtype(dtype):
+                buffer = torch.empty(shape, dtype=_dtype(dtype), device=self.device)
+            self._buffers[name] = buffer
+        works = [transfer(self.pg, self._buffers[name], tag) for tag, (name, _, _) in enumerate(metas)]
+        for (name, _, _), tensor_works in zip(metas, works):
+            for work in tensor_works:
+                work.wait()
+            yield name, self._buffers[name]
+
+
 def receive_into(pg, tensors: dict[str, torch.Tensor], metas: list[TensorMeta]) -> None:
     """Ranks > 0: receive every tensor of `metas` straight into `tensors[name]` (contiguous, of the sent shape and
     dtype, e.g. an engine's parameters), with no copy. Checks every name, shape and dtype before receiving any."""

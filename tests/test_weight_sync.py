@@ -7,6 +7,7 @@ import torch
 
 from memrl.weight_sync import (
     BucketReceiver,
+    StagingReceiver,
     broadcast_recv,
     broadcast_send,
     group_layout,
@@ -124,6 +125,47 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
         assert got.keys() == want.keys()
         for name, t in want.items():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
+
+
+def _staging_receiver(port: int, transfers: list, queue) -> None:
+    pg = init_group("127.0.0.1", port, 1, 2, "gloo", timeout_s=60)
+    receiver = StagingReceiver(pg)
+    for metas in transfers:
+        held = list(receiver.receive(metas))  # every tensor held to the end, as vLLM's reload may hold a layer's
+        queue.put((_arrays(held), {name: t.data_ptr() for name, t in held}))
+
+
+def test_staging_receiver_keeps_each_tensor_s_buffer_across_transfers_and_every_held_tensor_exact():
+    """Three transfers into one StagingReceiver whose consumer holds every tensor until the transfer ends: each
+    arrives exact although the sender changes its tensors once they have left; the second lands in the first one's
+    buffers; in the third a tensor of a new shape gets a buffer of its own, the others keep theirs."""
+    tensors = _tensors()
+    third = {**tensors, "c.weight": torch.randn(4, 11)}
+    transfers = [metas_of(tensors.items())] * 2 + [metas_of(third.items())]
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_staging_receiver, args=(port, transfers, queue))
+    proc.start()
+    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    expected = []
+    for version, (source, metas) in enumerate(zip([tensors, tensors, third], transfers)):
+        live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in source.items()}
+        expected.append({name: t.clone() for name, t in live.items()})
+        broadcast_send(pg, live, metas, bucket_bytes=64 * 4)
+        for t in live.values():
+            t.fill_(-1)  # every tensor has left when broadcast_send returns
+    received = [queue.get(timeout=60) for _ in range(3)]
+    proc.join(timeout=30)
+    for want, (arrays, _) in zip(expected, received):
+        got = _tensors_of(arrays)
+        assert got.keys() == want.keys()
+        for name, t in want.items():
+            assert got[name].dtype == t.dtype and torch.equal(got[name], t), name
+    (_, first), (_, second), (_, last) = received
+    assert second == first
+    assert last["c.weight"] != first["c.weight"]
+    assert {n: p for n, p in last.items() if n != "c.weight"} == {n: p for n, p in first.items() if n != "c.weight"}
 
 
 def _receiver_into(port: int, metas, queue) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import torch
 
-from memrl.weight_sync import TensorMeta, broadcast_recv, init_group
+from memrl.weight_sync import StagingReceiver, TensorMeta, broadcast_recv, init_group
 
 
 class WeightSyncExtension:
@@ -25,13 +25,19 @@ class WeightSyncExtension:
     def memrl_init_weight_sync(self, host: str, port: int, rank: int, world_size: int, backend: str) -> None:
         """Join the weight-sync group; the workers of one engine take ranks rank, rank + 1, ... in vLLM order."""
         self._memrl_group = init_group(host, port, rank + self.rank, world_size, backend)
+        device = self.model_runner.device
+        self._memrl_staging = StagingReceiver(self._memrl_group, device) if device.type == "cpu" else None
 
     def memrl_receive_weights(self, metas: list[TensorMeta], bucket_bytes: int) -> None:
-        """Receive rank 0's bucketed broadcast straight onto the model's device and reload from it."""
+        """Receive rank 0's broadcast onto the model's device and reload from it: on a CPU into buffers kept from
+        sync to sync (`StagingReceiver`), on a GPU bucket by bucket into buffers of its caching allocator."""
         group = getattr(self, "_memrl_group", None)
         if group is None:
             raise RuntimeError("receive_weights called before init_weight_sync joined a weight-sync group")
-        self._memrl_reload(broadcast_recv(group, metas, bucket_bytes, device=self.model_runner.device))
+        if self._memrl_staging is not None:
+            self._memrl_reload(self._memrl_staging.receive(metas))
+        else:
+            self._memrl_reload(broadcast_recv(group, metas, bucket_bytes, device=self.model_runner.device))
 
     def memrl_reseed(self, seed: int) -> None:
         """Reset the sampling RNG: the CPU and GPU samplers draw engine-level noise from torch's default generators."""

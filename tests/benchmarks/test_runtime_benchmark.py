@@ -73,7 +73,8 @@ def test_figures_describe_the_same_work(quick_run):
     for mb in s["sync_sizes_mb"]:
         size = sizes[f"{mb}mb"]
         assert abs(size["bytes"] / (mb * 1e6) - 1) < 0.2, (mb, size["bytes"])  # the built parameters' size
-        assert {"raw_gloo", "bucketed", "torch_engine_reload"} <= set(size)
+        assert {"raw_gloo", "bucketed", "staged", "torch_engine_reload"} <= set(size)
+        assert "vllm_engine_reload" not in size  # --quick starts no vLLM per size (tests/engines holds its receive)
 
     ser = results["serialization"]
     assert ser["num_conversations"] == s["num_trajectories"] * s["convs_per_trajectory"]
