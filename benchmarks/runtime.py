@@ -615,7 +615,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_xticks(xs, [f"{sizes[k]['bytes'] / 1e6:.0f} MB" for k in labels])
     ax.set_ylabel("MB/s (mean)")
     ax.set_title("5. Weight sync at larger sizes (gloo, loopback): bandwidth vs raw")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     axes[1, 2].axis("off")
 
     fig.tight_layout()

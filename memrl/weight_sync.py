@@ -4,13 +4,12 @@ The group lives outside DeepSpeed's world: rank 0 is the learner, the other rank
 weights (one for the torch engine, a tensor-parallel vLLM engine's TP x PP workers; `group_layout`), each of which
 receives the whole tensors and keeps its own shard of them. Every tensor travels on its
 own, with no staging copy; a bucket is how much the learner gathers from its ZeRO-3 shards at a time and how much a
-receiver that copies (vLLM's reload) stages at a time.
+receiver that copies (a GPU vLLM worker's reload) stages at a time. A receiver on a CPU keeps a buffer per tensor
+from one sync to the next instead (`StagingReceiver`): fresh host memory is faulted in page by page.
 NCCL where every rank holds a GPU of its own, gloo otherwise (CPUs, or CUDA tensors of ranks sharing a GPU, which
 gloo moves through host memory); the same three calls on both sides. On NCCL a tensor's trip is a broadcast; on gloo
 it is a send to each engine, which is what gloo's broadcast does too, but without its queue of asynchronous work,
-which costs about 0.2-0.3 ms a tensor whatever its size: the tiny model's 51 tensors (4.2 MB) took 14 ms as
-broadcasts and take 2.9 ms as sends, and 125 tensors of 4 MB took 165-176 ms as broadcasts, 100-119 ms as sends and
-116-149 ms as one broadcast of all 500 MB.
+a fixed cost per tensor whatever its size (the benchmarks page has the figures).
 """
 
 from __future__ import annotations
