@@ -58,6 +58,16 @@ def _reusing_receiver(port: int, metas, bucket_bytes: int, transfers: int, queue
         queue.put(_arrays(receiver.receive(metas, bucket_bytes)))
 
 
+def _with_receiver(target, *args):
+    """A spawned receiver running target(port, *args, queue), and this process's rank-0 group with it."""
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(port, *args, queue))
+    proc.start()
+    return init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60), proc, queue
+
+
 def test_plan_buckets_splits_by_size_and_dtype():
     metas = metas_of(_tensors().items())
     buckets = plan_buckets(metas, bucket_bytes=64 * 4)  # a+b = 152 bytes fit; e and c (176) do not
@@ -75,12 +85,7 @@ def test_plan_buckets_rejects_bad_size():
 def test_gloo_broadcast_round_trip(bucket_bytes):
     tensors = _tensors()
     metas = metas_of(tensors.items())
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_receiver, args=(port, metas, bucket_bytes, queue))
-    proc.start()
-    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    pg, proc, queue = _with_receiver(_receiver, metas, bucket_bytes)
     sent = broadcast_send(pg, tensors, metas, bucket_bytes)
     received = _tensors_of(queue.get(timeout=60))
     proc.join(timeout=30)
@@ -103,12 +108,7 @@ def test_receiver_buffers_are_reused_across_transfers_without_mixing_them():
     tensors = _tensors()
     metas = metas_of(tensors.items())
     bucket_bytes = 64 * 4  # four buckets: [a, b], [e], [c], [d]
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_reusing_receiver, args=(port, metas, bucket_bytes, 3, queue))
-    proc.start()
-    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    pg, proc, queue = _with_receiver(_reusing_receiver, metas, bucket_bytes, 3)
     expected = []
     for version in range(3):
         live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in tensors.items()}
@@ -142,12 +142,7 @@ def test_staging_receiver_keeps_each_tensor_s_buffer_across_transfers_and_every_
     tensors = _tensors()
     third = {**tensors, "c.weight": torch.randn(4, 11)}
     transfers = [metas_of(tensors.items())] * 2 + [metas_of(third.items())]
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_staging_receiver, args=(port, transfers, queue))
-    proc.start()
-    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    pg, proc, queue = _with_receiver(_staging_receiver, transfers)
     expected = []
     for version, (source, metas) in enumerate(zip([tensors, tensors, third], transfers)):
         live = {name: t * (version + 1) if t.is_floating_point() else t + version for name, t in source.items()}
@@ -181,12 +176,7 @@ def _receiver_into(port: int, metas, queue) -> None:
 def test_receive_into_fills_the_given_tensors_in_place(bucket_bytes):
     tensors = _tensors()
     metas = metas_of(tensors.items())
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_receiver_into, args=(port, metas, queue))
-    proc.start()
-    pg = init_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=60)
+    pg, proc, queue = _with_receiver(_receiver_into, metas)
     broadcast_send(pg, tensors, metas, bucket_bytes)
     arrays, in_place = queue.get(timeout=60)
     received = _tensors_of(arrays)
