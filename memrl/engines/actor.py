@@ -57,6 +57,25 @@ class EngineActor:
             return self.batcher.generate(prompts, sampling)
         return self.engine.generate_batch(prompts, sampling, seed)
 
+    def pause_generation(self) -> None:
+        """Hold the engine's steps (continuous batching only): generate calls queue until `resume_generation`, then
+        share its first step. For a learner that needs the device to itself between sampling rounds."""
+        self._require_batcher("pause_generation")
+        self.batcher.pause()
+
+    def resume_generation(self) -> None:
+        self._require_batcher("resume_generation")
+        self.batcher.resume()
+
+    def queued_requests(self) -> int:
+        """Requests that wait for their first step (0 without continuous batching)."""
+        return self.batcher.queued_requests() if self.batcher is not None else 0
+
+    def _require_batcher(self, method: str) -> None:
+        if self.batcher is None:
+            raise RuntimeError(f"{method} needs an engine started with continuous_batching=True: without it the "
+                               "actor takes one call at a time and a paused engine would block its own resume")
+
     def max_requests_in_flight(self) -> int:
         """The most requests a continuous batch has held at once (0 without continuous batching)."""
         return self.batcher.max_requests if self.batcher is not None else 0

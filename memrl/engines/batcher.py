@@ -37,6 +37,7 @@ class ContinuousBatcher:
         self.max_requests = 0
         """The most requests one step advanced (how many callers' requests were in flight together)."""
         self._wake = threading.Condition()
+        self._paused = False
         self._queued: list[tuple[list[list[int]], SamplingConfig, _Call]] = []
         self._owners: dict[str, tuple[_Call, int]] = {}
         self._thread = threading.Thread(target=self._serve, name="continuous-batcher", daemon=True)
@@ -52,10 +53,29 @@ class ContinuousBatcher:
             self._wake.notify()
         return call.future.result()
 
+    def pause(self) -> None:
+        """Hold every step until `resume`; calls made meanwhile queue and join the first step after it. Refused
+        while requests are in flight: an engine that frees its memory (vLLM's sleep) would lose them."""
+        with self.lock, self._wake:
+            if self._owners:
+                raise RuntimeError(f"cannot pause the engine with {len(self._owners)} requests in flight; pause it "
+                                   "between sampling rounds")
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._wake:
+            self._paused = False
+            self._wake.notify()
+
+    def queued_requests(self) -> int:
+        """Requests waiting for their first step."""
+        with self._wake:
+            return sum(len(prompts) for prompts, _, _ in self._queued)
+
     def _serve(self) -> None:
         while True:
             with self._wake:
-                while not self._queued and not self._owners:
+                while self._paused or (not self._queued and not self._owners):
                     self._wake.wait()
             with self.lock:
                 with self._wake:  # everything queued by now, also while a weight load held the lock
@@ -82,15 +102,15 @@ class ContinuousBatcher:
                     continue
                 finally:
                     self.engine.generate_seconds += time.perf_counter() - start
-            for request_id, output in finished:
-                owner = self._owners.pop(request_id, None)
-                if owner is None:  # a request of a call that failed with an earlier step
-                    continue
-                call, index = owner
-                call.outputs[index] = output
-                call.left -= 1
-                if call.left == 0:
-                    call.future.set_result(call.outputs)
+                for request_id, output in finished:  # under the lock: `pause` sees no finished request
+                    owner = self._owners.pop(request_id, None)
+                    if owner is None:  # a request of a call that failed with an earlier step
+                        continue
+                    call, index = owner
+                    call.outputs[index] = output
+                    call.left -= 1
+                    if call.left == 0:
+                        call.future.set_result(call.outputs)
 
     def _fail_all(self, exc: Exception) -> None:
         calls = {id(call): call for call, _ in self._owners.values()}

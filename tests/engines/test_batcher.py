@@ -2,6 +2,7 @@
 own replies, a bad prompt fails only its call, and a failing engine fails every call in flight."""
 
 import threading
+import time
 
 import pytest
 
@@ -88,3 +89,31 @@ def _safe(batcher, prompts):
         return batcher.generate(prompts, GREEDY)
     except Exception as exc:
         return exc
+
+
+def test_calls_made_while_paused_share_the_first_step_after_resume(torch_engine):
+    batcher = ContinuousBatcher(torch_engine)
+    batcher.pause()
+    results = [None] * 3
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _safe(batcher, [[5 + i, 6], [7, 8 + i]])))
+               for i in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while batcher.queued_requests() < 6:
+        assert time.monotonic() < deadline, "the calls never queued"
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert results == [None] * 3 and batcher.max_requests == 0  # nothing stepped while paused
+    batcher.resume()
+    for t in threads:
+        t.join(timeout=120)
+    assert [len(r) for r in results] == [2, 2, 2]
+    assert batcher.max_requests == 6  # all three calls in one step
+
+
+def test_pause_is_refused_while_requests_are_in_flight(torch_engine):
+    batcher = ContinuousBatcher(torch_engine)
+    batcher._owners["0"] = None  # a request the engine is still running
+    with pytest.raises(RuntimeError, match="1 requests in flight"):
+        batcher.pause()

@@ -66,22 +66,27 @@ def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
 
 @pytest.mark.slow
 def test_under_continuous_batching_the_engine_batches_the_requests_of_every_runner(ray_session, tiny_checkpoint):
-    # Each episode's request goes out on its own; the engine holds those of both runners in one running batch.
-    # Every request runs its 128 tokens (it stops only on the padding token, which the model never samples) and each
-    # episode makes 4 of them, so a runner keeps requests running for seconds: the other's arrive meanwhile, however
-    # the machine's load delays either.
+    # Each episode's request goes out on its own and the engine steps whatever has queued. Paused, it holds the
+    # first requests of both runners (4 envs each) until they are all queued, and its first step then runs all 8.
     engine = start_engine(str(tiny_checkpoint), "torch", num_cpus=0, continuous_batching=True)
-    spec = dataclasses.replace(_spec(tiny_checkpoint, num_turns=4), continuous_batching=True,
-                               sampling=SamplingConfig(max_tokens=128, stop_token_ids=[0]))
+    spec = dataclasses.replace(_spec(tiny_checkpoint, num_turns=2), continuous_batching=True)
     group = EnvRunnerGroup(spec, [engine], num_runners=2)
-    group.sample(_tasks(4))  # both runners up (on a busy machine one can start seconds after the other)
-    tasks = _tasks(16)
-    table, stats = group.sample(tasks)
+    group.sample(_tasks(4))  # both runners up
+    ray.get(engine.pause_generation.remote())
+    tasks, result = _tasks(16), {}
+    thread = threading.Thread(target=lambda: result.update(out=group.sample(tasks)))
+    thread.start()
+    deadline = time.monotonic() + 120
+    while ray.get(engine.queued_requests.remote()) < 2 * spec.num_envs:
+        assert time.monotonic() < deadline, "the runners' first requests never reached the engine"
+        time.sleep(0.05)
+    ray.get(engine.resume_generation.remote())
+    thread.join(timeout=300)
+    table, stats = result["out"]
     trajs = from_arrow(table)
     assert sorted(t.traj_id for t in trajs) == sorted(t.traj_id for t in tasks)
-    assert all(len(t.conversations) == 4 for t in trajs)
-    assert stats["calls"] == stats["batches"] == 64  # one call per request
-    assert ray.get(engine.max_requests_in_flight.remote()) > spec.num_envs  # more than one runner's envs at once
+    assert stats["calls"] == stats["batches"] == 32  # one call per request: 16 episodes of 2 turns
+    assert ray.get(engine.max_requests_in_flight.remote()) == 2 * spec.num_envs  # both runners' requests at once
     assert ray.get(engine.pop_generate_seconds.remote()) > 0
     group.shutdown()
     ray.kill(engine)
