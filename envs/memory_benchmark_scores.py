@@ -316,7 +316,7 @@ def recommended_titles(reply: str, catalogue: Sequence[str]) -> list[str]:
 
     parts = reply.split("1.", maxsplit=1)
     listed = parts[1] if len(parts) == 2 else reply.replace(",", "\n")
-    candidates = sorted(set(catalogue), reverse=True)
+    candidates = sorted(set(catalogue))
     lowered = [c.lower() for c in candidates]
     titles = []
     for item in listed.split("\n"):
@@ -332,3 +332,50 @@ def recsys_recalls(reply: str, gold_ids: Sequence[str], entity_ids: dict[str, in
     titles = recommended_titles(reply, list(titles_by_id.values()))
     gold = [titles_by_id[int(str(i).strip())] for i in gold_ids]
     return {f"recsys_recall@{k}": sum(m in titles[:k] for m in gold) / len(gold) for k in (1, 5, 10)}
+
+
+# -- one question of a loaded benchmark --------------------------------------------------------------------------------
+def locomo_choice(reply: str, options: dict[str, str]) -> str:
+    """A reply to a category-5 question read as LoCoMo's evaluation reads it (gpt_utils.get_cat_5_answer): stripped and
+    lower-cased; one character means option (a) if it holds "a", else (b); three characters mean (a) if they hold
+    "(a)", else (b); anything else stays the reply."""
+    reply = reply.strip().lower()
+    if len(reply) == 1:
+        return options["a"] if "a" in reply else options["b"]
+    if len(reply) == 3:
+        return options["a"] if "(a)" in reply else options["b"]
+    return reply
+
+
+def score_question(benchmark: str, question, reply: str, source: str = "",
+                   judge: Callable[[str], str] | None = None) -> float:
+    """The score the benchmark reports for `reply` to `question` (a memrl_envs.memory_benchmarks.BenchmarkQuestion):
+    LongMemEval's judge verdict, LoCoMo's category score, MemoryAgentBench's reported metric for sub-dataset
+    `source`. `judge(prompt)` returns the judge model's reply to one user message (asked with
+    LONGMEMEVAL_JUDGE_SAMPLING); LongMemEval questions, and MemoryAgentBench's LongMemEval rows, need it."""
+    from memrl_envs.memory_benchmarks import locomo_options
+
+    def judged(category) -> float:
+        if judge is None:
+            raise ValueError(f"{benchmark} question {question.question_id!r} is scored by the LongMemEval judge: "
+                             "give a judge (an OpenAI-compatible endpoint or an answerer actor)")
+        prompt = longmemeval_judge_prompt(str(category), question.question, question.answers[0], reply,
+                                          question.abstention)
+        return float(longmemeval_label(judge(prompt)))
+
+    if benchmark == "longmemeval":
+        return judged(question.category)
+    if benchmark == "locomo":
+        if question.category == 5:
+            reply = locomo_choice(reply, locomo_options(question))
+        return locomo_score(reply, question.answers[0], question.category)
+    if benchmark == "memoryagentbench":
+        metric = reported_metric(source)
+        if metric == "judge" and "longmemeval" in source:
+            return judged(question.category)
+        scores = mab_score(reply, question.answers, source)
+        if metric not in scores:
+            raise ValueError(f"MemoryAgentBench reports {source!r} by {metric}, which memrl does not compute (the "
+                             "authors' HELMET judge); leave this sub-dataset out or score it with their script")
+        return float(scores[metric])
+    raise ValueError(f"unknown benchmark {benchmark!r}; allowed: longmemeval, locomo, memoryagentbench")
