@@ -27,8 +27,9 @@ task_eval/evaluation.py): `data/locomo10.json` is one JSON list of 10 samples, e
   category 5 is adversarial (the conversation never says it) and carries `adversarial_answer`, the wrong option the
   authors' evaluation offers beside "Not mentioned in the conversation" (two of its questions also have `answer`).
 Each non-empty session becomes one chunk dated by its date_time, session_id "session_<n>", in session number order.
-Its text renders a turn the way gpt_utils.py does: `Speaker said, "text"`, followed by ` and shared <blip_caption>.`
-on a turn that shares a photo, one turn a line. A category-5 question is an abstention question whose answers are
+Its text renders the turns the way gpt_utils.py's get_input_context does: `Speaker said, "text"` and a line break,
+then ` and shared <blip_caption>.` on a turn that shares a photo, then another line break (so turns stand a blank line
+apart, a caption on the line under its turn); the session's last line breaks are dropped. A category-5 question is an abstention question whose answers are
 its `adversarial_answer` (`answer` where that is missing); every other question's answers are its `answer`, as text.
 
 MemoryAgentBench (github.com/HUST-AI-HYZ/MemoryAgentBench: conversation_creator.py, utils/eval_data_utils.py,
@@ -59,6 +60,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,9 +198,9 @@ def load_longmemeval(path: str | Path) -> tuple[BenchmarkInstance, ...]:
 
 def _locomo_turn(turn, where: str) -> str:
     speaker = _text(_need(turn, "speaker", where, "who speaks"), where, "speaker")
-    line = f'{speaker} said, "{_text(_need(turn, "text", where, "what is said"), where, "text")}"'
+    line = f'{speaker} said, "{_text(_need(turn, "text", where, "what is said"), where, "text")}"\n'
     caption = turn.get("blip_caption")
-    return f"{line} and shared {_text(caption, where, 'blip_caption')}." if caption else line
+    return line + (f" and shared {_text(caption, where, 'blip_caption')}." if caption else "") + "\n"
 
 
 def load_locomo(path: str | Path) -> tuple[BenchmarkInstance, ...]:
@@ -218,7 +220,8 @@ def load_locomo(path: str | Path) -> tuple[BenchmarkInstance, ...]:
             if not turns:
                 continue  # the authors' evaluation skips empty sessions too
             date = _need(conversation, f"session_{n}_date_time", f"{where} conversation", f"session_{n}'s date")
-            chunks.append(BenchmarkChunk(text="\n".join(_locomo_turn(t, f"{at} turn {k}") for k, t in enumerate(turns)),
+            chunks.append(BenchmarkChunk(text="".join(_locomo_turn(t, f"{at} turn {k}") for k, t in enumerate(turns))
+                                         .rstrip("\n"),
                                          date=_text(date, at, f"session_{n}_date_time"), session_id=f"session_{n}"))
         if not chunks:
             raise ValueError(f"{where}: 'conversation' holds no non-empty session_<n> list")
@@ -329,3 +332,48 @@ def load_benchmark(name: str, path: str | Path, **kwargs) -> tuple[BenchmarkInst
     if name not in loaders:
         raise ValueError(f"unknown benchmark {name!r}; allowed: {', '.join(BENCHMARKS)}")
     return loaders[name](path, **kwargs)
+
+
+# -- what a reader is shown: each benchmark's own rendering --------------------------------------------------------------
+LOCOMO_NOT_MENTIONED = "Not mentioned in the conversation"
+"""The option LoCoMo's evaluation offers beside the adversarial answer of a category-5 question."""
+
+
+def chunk_text(benchmark: str, chunk: BenchmarkChunk, index: int) -> str:
+    """Chunk `index` of a stream as the benchmark's own answer prompt lays out its history: LongMemEval's
+    "### Session <n>:" block with its date (run_generation.py, the "nl" format), LoCoMo's "DATE: ...\\nCONVERSATION:"
+    block (gpt_utils.get_input_context); MemoryAgentBench's context pieces as they are."""
+    if benchmark == "longmemeval":
+        return f"### Session {index + 1}:\nSession Date: {chunk.date}\nSession Content:\n\n\n{chunk.text}"
+    if benchmark == "locomo":
+        return f"DATE: {chunk.date}\nCONVERSATION:\n{chunk.text}"
+    if benchmark == "memoryagentbench":
+        return chunk.text
+    raise ValueError(f"unknown benchmark {benchmark!r}; allowed: {', '.join(BENCHMARKS)}")
+
+
+def locomo_options(question: BenchmarkQuestion) -> dict[str, str]:
+    """A category-5 question's two options, (a) and (b): the adversarial answer and LOCOMO_NOT_MENTIONED in an order
+    LoCoMo's evaluation draws with a fair coin per question; here the coin is the question id's CRC32, the same on
+    every run."""
+    first = zlib.crc32(question.question_id.encode()) % 2 == 0
+    wrong = question.answers[0]
+    return {"a": LOCOMO_NOT_MENTIONED, "b": wrong} if first else {"a": wrong, "b": LOCOMO_NOT_MENTIONED}
+
+
+def question_text(benchmark: str, question: BenchmarkQuestion) -> str:
+    """The question as the benchmark's own pipeline asks it: LongMemEval's "Current Date: ...\\nQuestion: ...";
+    LoCoMo's temporal questions (category 2) ask for an approximate date from the conversations' dates, its
+    adversarial ones (5) offer two options (`locomo_options`); MemoryAgentBench's questions as they are."""
+    if benchmark == "longmemeval":
+        return f"Current Date: {question.date}\nQuestion: {question.question}"
+    if benchmark == "locomo":
+        if question.category == 2:
+            return question.question + " Use DATE of CONVERSATION to answer with an approximate date."
+        if question.category == 5:
+            options = locomo_options(question)
+            return question.question + f" Select the correct answer: (a) {options['a']} (b) {options['b']}. "
+        return question.question
+    if benchmark == "memoryagentbench":
+        return question.question
+    raise ValueError(f"unknown benchmark {benchmark!r}; allowed: {', '.join(BENCHMARKS)}")

@@ -296,3 +296,58 @@ def test_recsys_worked_by_hand():
     got = recsys_recalls("1. Alien\n2. Aliens\n3. Heat\n4. Up\n5. Toy Story\n6. The Matrix", ["2", "5"], CATALOGUE)
     assert got == {"recsys_recall@1": 0.5, "recsys_recall@5": 0.5, "recsys_recall@10": 1.0}
     assert not math.isnan(got["recsys_recall@5"])
+
+
+# -- one question of a loaded benchmark -------------------------------------------------------------------------------
+CHOICES = [("a", "A"), ("b", "B"), ("A", "A"), ("(a)", "A"), ("(b)", "B"), ("(A)", "A"), (" b ", "B"), ("x", "B"),
+           ("abc", "B"), ("(a", "(a) not mentioned in the conversation (b) 1990"), ("Not mentioned", "not mentioned"),
+           ("", ""), ("ba", "ba"), ("(c)", "B"), ("a.", "a.")]
+
+
+@pytest.mark.parametrize("reply, picked", CHOICES)
+def test_locomo_reads_a_one_or_three_character_reply_as_an_option(reply, picked):
+    from memrl_envs.memory_benchmark_scores import locomo_choice
+
+    options = {"a": "A", "b": "B"}
+    if reply == "(a":  # any other reply stays itself, lower-cased
+        reply = "(a) Not mentioned in the conversation (b) 1990"
+    assert locomo_choice(reply, options) == picked
+
+
+def test_each_benchmark_scores_a_question_by_its_reported_figure():
+    from memrl_envs.memory_benchmark_scores import score_question
+    from memrl_envs.memory_benchmarks import BenchmarkQuestion, locomo_options, question_text
+
+    asked = []
+
+    def judge(prompt):
+        asked.append(prompt)
+        return "Yes." if "Model Response: on Tuesday" in prompt else "No."
+
+    lme = BenchmarkQuestion("q1", "When did I buy it?", ("Tuesday",), "temporal-reasoning", date="2023/05/30 (Tue)")
+    assert score_question("longmemeval", lme, "on Tuesday", judge=judge) == 1.0
+    assert score_question("longmemeval", lme, "no idea", judge=judge) == 0.0
+    assert asked[0] == longmemeval_judge_prompt("temporal-reasoning", "When did I buy it?", "Tuesday", "on Tuesday")
+    assert question_text("longmemeval", lme) == "Current Date: 2023/05/30 (Tue)\nQuestion: When did I buy it?"
+    with pytest.raises(ValueError, match="scored by the LongMemEval judge"):
+        score_question("longmemeval", lme, "on Tuesday")
+
+    adversarial = BenchmarkQuestion("conv-26#2", "What did Caroline paint?", ("a sunrise",), 5, abstention=True)
+    options = locomo_options(adversarial)
+    assert sorted(options.values()) == ["Not mentioned in the conversation", "a sunrise"]
+    assert options == locomo_options(adversarial)  # the same order every run
+    right = next(k for k, v in options.items() if v.startswith("Not mentioned"))
+    assert f"(a) {options['a']} (b) {options['b']}. " in question_text("locomo", adversarial)
+    assert score_question("locomo", adversarial, right) == score_question("locomo", adversarial, f"({right})") == 1.0
+    assert score_question("locomo", adversarial, "a sunrise") == 0.0
+    temporal = BenchmarkQuestion("conv-26#1", "When did Melanie paint a sunrise?", ("2022",), 2)
+    assert question_text("locomo", temporal).endswith("? Use DATE of CONVERSATION to answer with an approximate date.")
+    assert score_question("locomo", temporal, "In 2022") == pytest.approx(2 / 3)
+
+    ruler = BenchmarkQuestion("r#0", "Who?", ("John Smith", "J. Smith"))
+    assert score_question("memoryagentbench", ruler, "It was John Smith.", source="ruler_qa1_197K") == 1.0
+    icl = BenchmarkQuestion("i#0", "label?", ("43",))
+    assert score_question("memoryagentbench", icl, "label: 43", source="icl_banking77_5900shot_balance") == 0.0
+    assert score_question("memoryagentbench", icl, "43", source="icl_banking77_5900shot_balance") == 1.0
+    with pytest.raises(ValueError, match="reports 'infbench_sum_eng_shots2' by judge"):
+        score_question("memoryagentbench", icl, "43", source="infbench_sum_eng_shots2")

@@ -123,9 +123,9 @@ def test_locomo_sessions_keep_speakers_dates_and_the_adversarial_answer(tmp_path
     conv, other = load_locomo(write_json(tmp_path / "locomo10.json", LOCOMO))
     assert isinstance(conv, BenchmarkInstance) and (conv.benchmark, conv.instance_id) == ("locomo", "conv-26")
     assert conv.chunks == (  # the empty session_3 has nothing to read
-        BenchmarkChunk('Caroline said, "I went to a pottery class yesterday!"\nMelanie said, "Nice – what did you '
+        BenchmarkChunk('Caroline said, "I went to a pottery class yesterday!"\n\nMelanie said, "Nice – what did you '
                        'make?"', "1:56 pm on 8 May, 2023", "session_1"),
-        BenchmarkChunk('Melanie said, "Look at the sunrise I painted in 2022." and shared a painting of a sunrise.\n'
+        BenchmarkChunk('Melanie said, "Look at the sunrise I painted in 2022."\n and shared a painting of a sunrise.\n'
                        'Caroline said, "It’s beautiful."', "7:03 pm on 25 May, 2023", "session_2"))
     assert conv.questions == (
         BenchmarkQuestion("conv-26#0", "What did Caroline do the day before 8 May 2023?", ("pottery class",), 4,
@@ -223,3 +223,16 @@ def test_a_missing_key_names_the_file_the_record_and_the_key(tmp_path):
         load_memoryagentbench(write_json(tmp_path / "rows.json", broken))
     with pytest.raises(ValueError, match="unknown benchmark 'locomo10'; allowed: longmemeval, locomo, memoryagent"):
         load_benchmark("locomo10", path)
+
+
+def test_chunks_are_shown_as_each_benchmarks_answer_prompt_lays_out_its_history():
+    from memrl_envs.memory_benchmarks import chunk_text
+
+    chunk = BenchmarkChunk("user: hi\n\nassistant: hello", "2023/05/20 (Sat) 02:21", "s1")
+    assert chunk_text("longmemeval", chunk, 0) == ("### Session 1:\nSession Date: 2023/05/20 (Sat) 02:21\nSession "
+                                                   "Content:\n\n\nuser: hi\n\nassistant: hello")
+    assert chunk_text("locomo", BenchmarkChunk('A said, "x"', "1:56 pm on 8 May, 2023"), 3) == (
+        'DATE: 1:56 pm on 8 May, 2023\nCONVERSATION:\nA said, "x"')
+    assert chunk_text("memoryagentbench", BenchmarkChunk("Some text."), 5) == "Some text."
+    with pytest.raises(ValueError, match="unknown benchmark 'lme'"):
+        chunk_text("lme", chunk, 0)
