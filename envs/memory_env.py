@@ -12,6 +12,12 @@ frozen answerer itself. With expert_writes the scripted expert writes every chun
 (the answerer's SFT data, and its accuracy from a good memory). reset(options=...) changes any option but
 FIXED_OPTIONS for one episode (SFT's task_options mix memory modes and categories that way).
 
+With data="benchmark" the tasks are a released file of LongMemEval, LoCoMo or MemoryAgentBench: chunks and questions
+are worded as the benchmark's own answer prompt words them (memory_benchmarks.chunk_text, question_text), the answer
+prompt adds no Mem-α instruction, and each answer gets the score the benchmark reports
+(memory_benchmark_scores.score_question; LongMemEval's judge is answer_judge, else the frozen answerer, asked as
+LongMemEval asks it). The final info's "questions" lists each question's id, category, abstention flag and score.
+
 Rewards (memrl_envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
 reward r_acc + beta * r_compress + r_tool + gamma * r_content, which the episode loop puts on the conversations.
@@ -52,6 +58,8 @@ from memrl_envs.memory_answer import (
     context_memory,
     memory_for,
 )
+from memrl_envs.memory_benchmark_scores import LONGMEMEVAL_JUDGE_SAMPLING, LONGMEMEVAL_TYPES, score_question
+from memrl_envs.memory_benchmarks import BENCHMARKS, BenchmarkInstance, chunk_text, load_benchmark, question_text
 from memrl_envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
 from memrl_envs.memory_rewards import (
     compression_reward,
@@ -64,7 +72,7 @@ from memrl_envs.memory_rewards import (
     tool_reward,
 )
 from memrl_envs.memory_store import MEMORY_TYPES, VARIANTS, MemoryStore, execute, parse_tool_calls, tool_schemas
-from memrl_envs.memory_tasks import MemoryTask, load_memory_tasks
+from memrl_envs.memory_tasks import MemoryQuestion, MemoryTask, load_memory_tasks
 from memrl_envs.text_space import printable, text_space
 from memrl.preflight import named_actor_missing, typed_config, unreachable
 
@@ -75,7 +83,7 @@ MEMORY_MODES = ("tools", "text", "context")
 memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (memory_answer)."""
-FIXED_OPTIONS = ("data", "data_path", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
+FIXED_OPTIONS = ("data", "data_path", "benchmark", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
                  "answerer_timeout_s", "answerer_retries", "judge", "answer_judge")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
 
@@ -85,9 +93,14 @@ class MemoryStoreConfig:
     """Knobs of the memory-store env (the generator's own knobs are MemoryGeneratorConfig's)."""
 
     data: str = "synthetic"
-    """'synthetic' (memory_generators) or 'file' (data_path: the Mem-α authors' rows or MemoryAgentBench's)."""
+    """'synthetic' (memory_generators), 'file' (data_path: the Mem-α authors' rows or MemoryAgentBench's, scored by
+    Mem-α's reward) or 'benchmark' (data_path: a released file of `benchmark`, shown and scored as that benchmark
+    does: memrl_envs.memory_benchmarks, memrl_envs.memory_benchmark_scores)."""
     data_path: str | None = None
-    """Task file for data='file' (.parquet, .jsonl, .json); reset seed i takes row i modulo the file's rows."""
+    """Task file for data='file' or 'benchmark' (.parquet, .jsonl, .json); reset seed i takes instance i modulo the
+    file's instances."""
+    benchmark: str | None = None
+    """data='benchmark': which benchmark's file data_path is, one of memrl_envs.memory_benchmarks.BENCHMARKS."""
     chunk_tokens: int = 2048
     """MemoryAgentBench rows: their context is cut into chunks of at most this many tokens."""
     tokenizer_path: str | None = None
@@ -148,10 +161,14 @@ class MemoryStoreConfig:
     """Task seed = reset seed + seed_offset."""
 
     def __post_init__(self) -> None:
-        if self.data not in ("synthetic", "file"):
-            raise ValueError(f"MemoryStoreConfig.data must be 'synthetic' or 'file', got {self.data!r}")
-        if self.data == "file" and not self.data_path:
-            raise ValueError("MemoryStoreConfig: data='file' needs data_path")
+        if self.data not in ("synthetic", "file", "benchmark"):
+            raise ValueError(f"MemoryStoreConfig.data must be 'synthetic', 'file' or 'benchmark', got {self.data!r}")
+        if self.data != "synthetic" and not self.data_path:
+            raise ValueError(f"MemoryStoreConfig: data={self.data!r} needs data_path")
+        if (self.data == "benchmark") != (self.benchmark is not None) or (
+                self.benchmark is not None and self.benchmark not in BENCHMARKS):
+            raise ValueError(f"MemoryStoreConfig: data='benchmark' needs benchmark, one of {BENCHMARKS}, and other "
+                             f"data none; got data={self.data!r}, benchmark={self.benchmark!r}")
         if self.memory not in MEMORY_MODES:
             raise ValueError(f"MemoryStoreConfig.memory must be one of {MEMORY_MODES}, got {self.memory!r}")
         if self.judge not in JUDGES:
@@ -212,11 +229,20 @@ class MemoryStoreEnv(gym.Env):
         config = self.config
         if config.data == "file":
             self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
+        if config.data == "benchmark":
+            self._instances = self._load_benchmark(config)
+            self._file_tasks = [benchmark_task(config.benchmark, instance) for instance in self._instances]
         from memrl_envs.chunk_stream import TokenCounter
 
         self._counter = TokenCounter(config.tokenizer_path)
         self.answerer = self._make_answerer(config.answerer)
         self.answer_judge = self._make_answerer(config.answer_judge) or self.answerer
+        if config.benchmark is not None and config.answerer is not None:  # judged as the benchmark judges
+            self.answer_judge = self._make_answerer(config.answer_judge or config.answerer, judge=True)
+        if config.answerer is not None and config.benchmark is not None and self.answer_judge is None and any(
+                q.category in LONGMEMEVAL_TYPES for i in self._instances for q in i.questions):
+            raise ValueError(f"MemoryStoreEnv: {config.data_path} holds LongMemEval questions, which its judge "
+                             f"scores; give answer_judge (an http(s) URL or actor:NAME) or a frozen answerer")
         if config.data == "file" and config.answerer is not None and self.answer_judge is None:
             judged = sorted({t.data_source for t in self._file_tasks if metric_for(t.data_source) == "judge"})
             if judged:
@@ -267,15 +293,29 @@ class MemoryStoreEnv(gym.Env):
             if why:
                 raise ValueError(f"MemoryStoreEnv {setting}={where!r} is not there: {why}")
 
-    def _make_answerer(self, where: str | None):
-        """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy"."""
+    def _make_answerer(self, where: str | None, judge: bool = False):
+        """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy". `judge`: an HTTP
+        backend is asked as LongMemEval asks its judge (LONGMEMEVAL_JUDGE_SAMPLING); an actor samples as it was
+        started."""
         config = self.config
         if where is None or where == "policy":
             return None
         if where.startswith("actor:"):
             return ActorAnswerer(where.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
+        sampling = LONGMEMEVAL_JUDGE_SAMPLING if judge else {}
         return HTTPAnswerer(where, config.answerer_model, timeout_s=config.answerer_timeout_s,
-                            retries=config.answerer_retries)
+                            retries=config.answerer_retries, **sampling)
+
+    @staticmethod
+    def _load_benchmark(config: MemoryStoreConfig):
+        options = ({"chunk_tokens": config.chunk_tokens, "tokenizer_path": config.tokenizer_path}
+                   if config.benchmark == "memoryagentbench" else {})
+        return load_benchmark(config.benchmark, config.data_path, **options)
+
+    def _judge_reply(self, prompt: str) -> str:
+        """The answer judge's reply to one user message (data='benchmark')."""
+        (reply,) = self.answer_judge.answer([[{"role": "user", "content": prompt}]])
+        return reply if isinstance(reply, str) else ""
 
     # -- episode ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -287,7 +327,7 @@ class MemoryStoreEnv(gym.Env):
                              f"any other option")
         self.config, self.generator = self._configs({**self._kwargs, **options}) if options else self._base
         self._seed = (seed or 0) + self.config.seed_offset
-        if self.config.data == "file":
+        if self.config.data != "synthetic":
             self.task = self._file_tasks[self._seed % len(self._file_tasks)]
         else:
             self.task = make_memory_task(self._seed, self.generator)
@@ -373,9 +413,18 @@ class MemoryStoreEnv(gym.Env):
         if self.config.answerer is not None:
             try:
                 answers = self._answers if self.config.answerer == "policy" else self._answer()
-                judge = LMEJudge(self.answer_judge) if self.answer_judge is not None else None
-                scores = [score_answer(a, q.answers, task.data_source, config.reward_variant, q.question, judge)
-                          for a, q in zip(answers, task.questions)]
+                if config.data == "benchmark":
+                    instance = self._instances[self._seed % len(self._instances)]
+                    judge = self._judge_reply if self.answer_judge is not None else None
+                    scores = [score_question(config.benchmark, q, a, task.data_source, judge)
+                              for a, q in zip(answers, instance.questions)]
+                    info["questions"] = [{"question_id": q.question_id, "category": q.category,
+                                          "abstention": q.abstention, "score": score}
+                                         for q, score in zip(instance.questions, scores)]
+                else:
+                    judge = LMEJudge(self.answer_judge) if self.answer_judge is not None else None
+                    scores = [score_answer(a, q.answers, task.data_source, config.reward_variant, q.question, judge)
+                              for a, q in zip(answers, task.questions)]
             except (ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
                 # The answerer failing is not the policy's doing: the episode is counted, never trained on.
                 info["failure"] = f"answerer: {e}"
@@ -403,7 +452,9 @@ class MemoryStoreEnv(gym.Env):
             memory = context_memory(self._context(question))
         else:
             memory = memory_for(self.store, question, self.config.answer_top_k)
-        return answer_messages(memory, question, self.task.data_source)
+        # A benchmark's question carries its own wording (memory_benchmarks.question_text): no Mem-α instruction.
+        source = "" if self.config.data == "benchmark" else self.task.data_source
+        return answer_messages(memory, question, source)
 
     def _answer(self) -> list[str]:
         chats = [self.answer_chat(i) for i in range(len(self.task.questions))]
@@ -455,3 +506,13 @@ class MemoryStoreEnv(gym.Env):
                   "all_calls": self._calls}
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.task.instance_id)
         (path / f"{name}-{self._seed}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False))
+
+
+def benchmark_task(benchmark: str, instance: BenchmarkInstance) -> MemoryTask:
+    """A benchmark instance as the env's task: its chunks and questions worded as the benchmark shows them, its data
+    source the benchmark's name (MemoryAgentBench: the row's sub-dataset, which picks the metric)."""
+    source = instance.instance_id.rsplit("#", 1)[0] if benchmark == "memoryagentbench" else benchmark
+    chunks = tuple(chunk_text(benchmark, c, i) for i, c in enumerate(instance.chunks))
+    questions = tuple(MemoryQuestion(question_text(benchmark, q), q.answers) for q in instance.questions)
+    return MemoryTask(instance_id=instance.instance_id, prompt="", chunks=chunks, questions=questions,
+                      data_source=source)

@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 DURATIONS = Path(__file__).with_name("durations.json")
@@ -184,3 +185,91 @@ def exposed_ports(ray_session):
                 if not ipaddress.ip_address(ip).is_loopback and port != own]
 
     return exposed
+
+
+# Records in the released formats of LongMemEval, LoCoMo and MemoryAgentBench, small and hand-made: the loaders' tests
+# read them, the benchmark harness's tests score policies on them.
+_LONGMEMEVAL = [
+    {"question_id": "7a3c51e2", "question_type": "temporal-reasoning",
+     "question": "How many days before the café opening did I buy the espresso machine?", "answer": 3,
+     "question_date": "2023/05/30 (Tue) 23:40",
+     "haystack_session_ids": ["sharegpt_Qx81_0", "answer_7a3c51e2_1", "answer_7a3c51e2_2"],
+     "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/24 (Wed) 10:05", "2023/05/27 (Sat) 18:30"],
+     "haystack_sessions": [
+         [{"role": "user", "content": "Can you suggest a name for a bakery in Malmö?"},
+          {"role": "assistant", "content": "How about “Söta Hörnet” – the sweet corner?\n"}],
+         [{"role": "user", "content": "I just bought an espresso machine for the café.", "has_answer": True},
+          {"role": "assistant", "content": "Congratulations! Descale it monthly."}],
+         [{"role": "user", "content": "  The café opened today!  ", "has_answer": True},
+          {"role": "assistant", "content": "Wonderful news."}]],
+     "answer_session_ids": ["answer_7a3c51e2_1", "answer_7a3c51e2_2"]},
+    {"question_id": "c4f09d11_abs", "question_type": "single-session-user",
+     "question": "What is the name of my cat?",
+     "answer": "The information provided is not enough. You mentioned your dog Björn but not a cat.",
+     "question_date": "2023/06/02 (Fri) 09:12",
+     "haystack_session_ids": ["answer_c4f09d11_abs_1"], "haystack_dates": ["2023/06/01 (Thu) 20:00"],
+     "haystack_sessions": [[{"role": "user", "content": "My dog Björn loves the snow."},
+                            {"role": "assistant", "content": "Björn sounds like a happy dog!"}]],
+     "answer_session_ids": ["answer_c4f09d11_abs_1"]},
+]
+
+_LOCOMO = [
+    {"sample_id": "conv-26",
+     "conversation": {
+         "speaker_a": "Caroline", "speaker_b": "Melanie",
+         "session_1_date_time": "1:56 pm on 8 May, 2023",
+         "session_1": [{"speaker": "Caroline", "dia_id": "D1:1", "text": "I went to a pottery class yesterday!"},
+                       {"speaker": "Melanie", "dia_id": "D1:2", "text": "Nice – what did you make?"}],
+         "session_2_date_time": "7:03 pm on 25 May, 2023",
+         "session_2": [{"speaker": "Melanie", "dia_id": "D2:1", "text": "Look at the sunrise I painted in 2022.",
+                        "img_url": ["https://example.com/sunrise.jpg"], "blip_caption": "a painting of a sunrise",
+                        "query": "sunrise painting"},
+                       {"speaker": "Caroline", "dia_id": "D2:2", "text": "It’s beautiful."}],
+         "session_3_date_time": "10:00 am on 1 June, 2023", "session_3": []},
+     "qa": [{"question": "What did Caroline do the day before 8 May 2023?", "answer": "pottery class",
+             "evidence": ["D1:1"], "category": 4},
+            {"question": "When did Melanie paint a sunrise?", "answer": 2022, "evidence": ["D2:1"], "category": 2},
+            {"question": "What did Caroline paint in 2022?", "adversarial_answer": "a sunrise", "evidence": ["D2:1"],
+             "category": 5}],
+     "observation": {"session_1_observation": {"Caroline": [["Caroline went to a pottery class.", "D1:1"]]}},
+     "session_summary": {"session_1_summary": "Caroline tells Melanie about pottery."},
+     "event_summary": {"events_session_1": {"Caroline": ["goes to a pottery class"], "Melanie": [],
+                                            "date": "8 May, 2023"}}},
+    {"sample_id": "conv-30",
+     "conversation": {"speaker_a": "Jon", "speaker_b": "Gina", "session_1_date_time": "4:04 pm on 20 January, 2023",
+                      "session_1": [{"speaker": "Jon", "dia_id": "D1:1", "text": "I lost my job at the bank."}]},
+     "qa": [{"question": "Where did Jon work?", "answer": "a bank", "evidence": ["D1:1"], "category": 1}]},
+]
+
+_CONTEXT = ("Ghost is based in New York. The studio moved in 2019! Lindström lives in Malmö – by the sea. "
+           "Is it far?\nYes.")
+_MEMORYAGENTBENCH = [
+    {"context": _CONTEXT, "questions": ["Where is Ghost based?", "Where does Lindström live?", "When did it move?"],
+     "answers": [["New York", "NYC"], ["Malmö"], ["2019"]],
+     "metadata": {"source": "ruler_qa1_197K", "question_ids": ["q-0", "q-1", "q-2"]}},
+    {"context": "user: My dog is Björn.\nassistant: Lovely name.", "questions": ["What is my cat's name?"],
+     "answers": [["You never mentioned a cat."]],
+     "metadata": {"source": "longmemeval_s*", "question_ids": ["c4f09d11_abs"], "qa_pair_ids": ["lme-0"],
+                  "question_types": ["single-session-user"], "question_dates": ["2023/06/02 (Fri) 09:12"],
+                  "haystack_sessions": [[[{"role": "user", "content": "My dog is Björn.", "has_answer": True},
+                                         {"role": "assistant", "content": "Lovely name.", "has_answer": False}]]]}},
+]
+
+_TURN = pa.struct([("content", pa.string()), ("has_answer", pa.bool_()), ("role", pa.string())])
+_MAB_SCHEMA = pa.schema([  # the features of ai-hyz/MemoryAgentBench's dataset card
+    ("context", pa.string()), ("questions", pa.list_(pa.string())), ("answers", pa.list_(pa.list_(pa.string()))),
+    ("metadata", pa.struct([
+        ("demo", pa.string()), ("haystack_sessions", pa.list_(pa.list_(pa.list_(_TURN)))),
+        *((key, pa.list_(pa.string())) for key in ("keypoints", "previous_events", "qa_pair_ids", "question_dates",
+                                                   "question_ids", "question_types")),
+        ("source", pa.string())]))])
+
+
+@pytest.fixture
+def benchmark_records():
+    """A fresh copy of the records of each benchmark ("longmemeval", "locomo", "memoryagentbench") and the parquet
+    schema of MemoryAgentBench's files ("memoryagentbench_schema")."""
+    import copy
+
+    return {"longmemeval": copy.deepcopy(_LONGMEMEVAL), "locomo": copy.deepcopy(_LOCOMO),
+            "memoryagentbench": copy.deepcopy(_MEMORYAGENTBENCH), "memoryagentbench_schema": _MAB_SCHEMA}

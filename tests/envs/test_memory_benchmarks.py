@@ -10,89 +10,14 @@ import pytest
 from memrl_envs.memory_benchmarks import (BenchmarkChunk, BenchmarkInstance, BenchmarkQuestion, chunk_context,
                                           load_benchmark, load_locomo, load_longmemeval, load_memoryagentbench)
 
-LONGMEMEVAL = [
-    {"question_id": "7a3c51e2", "question_type": "temporal-reasoning",
-     "question": "How many days before the café opening did I buy the espresso machine?", "answer": 3,
-     "question_date": "2023/05/30 (Tue) 23:40",
-     "haystack_session_ids": ["sharegpt_Qx81_0", "answer_7a3c51e2_1", "answer_7a3c51e2_2"],
-     "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/24 (Wed) 10:05", "2023/05/27 (Sat) 18:30"],
-     "haystack_sessions": [
-         [{"role": "user", "content": "Can you suggest a name for a bakery in Malmö?"},
-          {"role": "assistant", "content": "How about “Söta Hörnet” – the sweet corner?\n"}],
-         [{"role": "user", "content": "I just bought an espresso machine for the café.", "has_answer": True},
-          {"role": "assistant", "content": "Congratulations! Descale it monthly."}],
-         [{"role": "user", "content": "  The café opened today!  ", "has_answer": True},
-          {"role": "assistant", "content": "Wonderful news."}]],
-     "answer_session_ids": ["answer_7a3c51e2_1", "answer_7a3c51e2_2"]},
-    {"question_id": "c4f09d11_abs", "question_type": "single-session-user",
-     "question": "What is the name of my cat?",
-     "answer": "The information provided is not enough. You mentioned your dog Björn but not a cat.",
-     "question_date": "2023/06/02 (Fri) 09:12",
-     "haystack_session_ids": ["answer_c4f09d11_abs_1"], "haystack_dates": ["2023/06/01 (Thu) 20:00"],
-     "haystack_sessions": [[{"role": "user", "content": "My dog Björn loves the snow."},
-                            {"role": "assistant", "content": "Björn sounds like a happy dog!"}]],
-     "answer_session_ids": ["answer_c4f09d11_abs_1"]},
-]
-
-LOCOMO = [
-    {"sample_id": "conv-26",
-     "conversation": {
-         "speaker_a": "Caroline", "speaker_b": "Melanie",
-         "session_1_date_time": "1:56 pm on 8 May, 2023",
-         "session_1": [{"speaker": "Caroline", "dia_id": "D1:1", "text": "I went to a pottery class yesterday!"},
-                       {"speaker": "Melanie", "dia_id": "D1:2", "text": "Nice – what did you make?"}],
-         "session_2_date_time": "7:03 pm on 25 May, 2023",
-         "session_2": [{"speaker": "Melanie", "dia_id": "D2:1", "text": "Look at the sunrise I painted in 2022.",
-                        "img_url": ["https://example.com/sunrise.jpg"], "blip_caption": "a painting of a sunrise",
-                        "query": "sunrise painting"},
-                       {"speaker": "Caroline", "dia_id": "D2:2", "text": "It’s beautiful."}],
-         "session_3_date_time": "10:00 am on 1 June, 2023", "session_3": []},
-     "qa": [{"question": "What did Caroline do the day before 8 May 2023?", "answer": "pottery class",
-             "evidence": ["D1:1"], "category": 4},
-            {"question": "When did Melanie paint a sunrise?", "answer": 2022, "evidence": ["D2:1"], "category": 2},
-            {"question": "What did Caroline paint in 2022?", "adversarial_answer": "a sunrise", "evidence": ["D2:1"],
-             "category": 5}],
-     "observation": {"session_1_observation": {"Caroline": [["Caroline went to a pottery class.", "D1:1"]]}},
-     "session_summary": {"session_1_summary": "Caroline tells Melanie about pottery."},
-     "event_summary": {"events_session_1": {"Caroline": ["goes to a pottery class"], "Melanie": [],
-                                            "date": "8 May, 2023"}}},
-    {"sample_id": "conv-30",
-     "conversation": {"speaker_a": "Jon", "speaker_b": "Gina", "session_1_date_time": "4:04 pm on 20 January, 2023",
-                      "session_1": [{"speaker": "Jon", "dia_id": "D1:1", "text": "I lost my job at the bank."}]},
-     "qa": [{"question": "Where did Jon work?", "answer": "a bank", "evidence": ["D1:1"], "category": 1}]},
-]
-
-CONTEXT = ("Ghost is based in New York. The studio moved in 2019! Lindström lives in Malmö – by the sea. "
-           "Is it far?\nYes.")
-MEMORYAGENTBENCH = [
-    {"context": CONTEXT, "questions": ["Where is Ghost based?", "Where does Lindström live?", "When did it move?"],
-     "answers": [["New York", "NYC"], ["Malmö"], ["2019"]],
-     "metadata": {"source": "ruler_qa1_197K", "question_ids": ["q-0", "q-1", "q-2"]}},
-    {"context": "user: My dog is Björn.\nassistant: Lovely name.", "questions": ["What is my cat's name?"],
-     "answers": [["You never mentioned a cat."]],
-     "metadata": {"source": "longmemeval_s*", "question_ids": ["c4f09d11_abs"], "qa_pair_ids": ["lme-0"],
-                  "question_types": ["single-session-user"], "question_dates": ["2023/06/02 (Fri) 09:12"],
-                  "haystack_sessions": [[[{"role": "user", "content": "My dog is Björn.", "has_answer": True},
-                                         {"role": "assistant", "content": "Lovely name.", "has_answer": False}]]]}},
-]
-
-TURN = pa.struct([("content", pa.string()), ("has_answer", pa.bool_()), ("role", pa.string())])
-MAB_SCHEMA = pa.schema([  # the features of ai-hyz/MemoryAgentBench's dataset card
-    ("context", pa.string()), ("questions", pa.list_(pa.string())), ("answers", pa.list_(pa.list_(pa.string()))),
-    ("metadata", pa.struct([
-        ("demo", pa.string()), ("haystack_sessions", pa.list_(pa.list_(pa.list_(TURN)))),
-        *((key, pa.list_(pa.string())) for key in ("keypoints", "previous_events", "qa_pair_ids", "question_dates",
-                                                   "question_ids", "question_types")),
-        ("source", pa.string())]))])
-
-
 def write_json(path, records):
     path.write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
     return path
 
 
-def test_longmemeval_sessions_become_dated_chunks_and_abstention_is_read_from_the_id(tmp_path):
-    instances = load_longmemeval(write_json(tmp_path / "longmemeval_s.json", LONGMEMEVAL))
+def test_longmemeval_sessions_become_dated_chunks_and_abstention_is_read_from_the_id(tmp_path, benchmark_records):
+    longmemeval = benchmark_records["longmemeval"]
+    instances = load_longmemeval(write_json(tmp_path / "longmemeval_s.json", longmemeval))
     first, second = instances
     assert first.benchmark == "longmemeval" and first.instance_id == "7a3c51e2"
     assert first.chunks == (
@@ -114,13 +39,14 @@ def test_longmemeval_sessions_become_dated_chunks_and_abstention_is_read_from_th
     assert second.chunks == (BenchmarkChunk("user: My dog Björn loves the snow.\n\nassistant: Björn sounds like a "
                                             "happy dog!", "2023/06/01 (Thu) 20:00", "answer_c4f09d11_abs_1"),)
     # The Hugging Face copies are named without a suffix; JSONL as the authors' scripts also accept.
-    assert load_benchmark("longmemeval", write_json(tmp_path / "longmemeval_oracle", LONGMEMEVAL)) == instances
-    (tmp_path / "lme.jsonl").write_text("\n".join(json.dumps(r) for r in LONGMEMEVAL), encoding="utf-8")
+    assert load_benchmark("longmemeval", write_json(tmp_path / "longmemeval_oracle", longmemeval)) == instances
+    (tmp_path / "lme.jsonl").write_text("\n".join(json.dumps(r) for r in longmemeval), encoding="utf-8")
     assert load_longmemeval(tmp_path / "lme.jsonl") == instances
 
 
-def test_locomo_sessions_keep_speakers_dates_and_the_adversarial_answer(tmp_path):
-    conv, other = load_locomo(write_json(tmp_path / "locomo10.json", LOCOMO))
+def test_locomo_sessions_keep_speakers_dates_and_the_adversarial_answer(tmp_path, benchmark_records):
+    locomo = benchmark_records["locomo"]
+    conv, other = load_locomo(write_json(tmp_path / "locomo10.json", locomo))
     assert isinstance(conv, BenchmarkInstance) and (conv.benchmark, conv.instance_id) == ("locomo", "conv-26")
     assert conv.chunks == (  # the empty session_3 has nothing to read
         BenchmarkChunk('Caroline said, "I went to a pottery class yesterday!"\n\nMelanie said, "Nice – what did you '
@@ -144,16 +70,19 @@ def test_locomo_sessions_keep_speakers_dates_and_the_adversarial_answer(tmp_path
     assert [c.session_id for c in instance.chunks] == ["session_2", "session_9", "session_10"]
 
 
-def test_locomo_category_5_with_both_answer_keys_reads_the_adversarial_one(tmp_path):
-    sample = json.loads(json.dumps(LOCOMO[1]))
+def test_locomo_category_5_with_both_answer_keys_reads_the_adversarial_one(tmp_path, benchmark_records):
+    locomo = benchmark_records["locomo"]
+    sample = json.loads(json.dumps(locomo[1]))
     sample["qa"].append({"question": "Where did Gina work?", "answer": "Not mentioned", "adversarial_answer": "a bank",
                          "evidence": [], "category": 5})
     (instance,) = load_locomo(write_json(tmp_path / "locomo10.json", [sample]))
     assert instance.questions[1].answers == ("a bank",) and instance.questions[1].abstention
 
 
-def test_memoryagentbench_rows_chunk_the_context_at_sentence_ends(tmp_path):
-    pq.write_table(pa.Table.from_pylist(MEMORYAGENTBENCH, schema=MAB_SCHEMA),
+def test_memoryagentbench_rows_chunk_the_context_at_sentence_ends(tmp_path, benchmark_records):
+    schema = benchmark_records["memoryagentbench_schema"]
+    mab = benchmark_records["memoryagentbench"]
+    pq.write_table(pa.Table.from_pylist(mab, schema=schema),
                    tmp_path / "Accurate_Retrieval-00000-of-00001.parquet")
     rows, lme = load_memoryagentbench(tmp_path / "Accurate_Retrieval-00000-of-00001.parquet", chunk_tokens=8)
     assert (rows.benchmark, rows.instance_id) == ("memoryagentbench", "ruler_qa1_197K#0")
@@ -168,7 +97,7 @@ def test_memoryagentbench_rows_chunk_the_context_at_sentence_ends(tmp_path):
                                                ("You never mentioned a cat.",), "single-session-user",
                                                "2023/06/02 (Fri) 09:12", abstention=True),)
     assert lme.chunks == (BenchmarkChunk("user: My dog is Björn.\nassistant: Lovely name."),)
-    write_json(tmp_path / "rows.json", MEMORYAGENTBENCH)
+    write_json(tmp_path / "rows.json", mab)
     assert load_benchmark("memoryagentbench", tmp_path / "rows.json", chunk_tokens=8) == (rows, lme)
 
 
@@ -180,17 +109,22 @@ def test_memoryagentbench_reads_a_lone_question_and_unnumbered_questions_as_its_
     assert instance.questions == (BenchmarkQuestion("infbench_sum#0#0", "Which numbers?", ("one", "two")),)
 
 
-def test_chunk_context_packs_whole_sentences_and_keeps_an_overlong_one_alone():
-    assert chunk_context(CONTEXT, 100) == (CONTEXT,)
-    assert chunk_context(CONTEXT, 4) == ("Ghost is based in New York.", "The studio moved in 2019!",
+def test_chunk_context_packs_whole_sentences_and_keeps_an_overlong_one_alone(benchmark_records):
+    context = benchmark_records["memoryagentbench"][0]["context"]
+    mab = benchmark_records["memoryagentbench"]
+    assert chunk_context(context, 100) == (context,)
+    assert chunk_context(context, 4) == ("Ghost is based in New York.", "The studio moved in 2019!",
                                          "Lindström lives in Malmö – by the sea.", "Is it far?\nYes.")
     assert chunk_context('He said "Stop." Then he left', 3) == ('He said "Stop."', "Then he left")
     with pytest.raises(ValueError, match="chunk_tokens must be at least 1"):
-        chunk_context(CONTEXT, 0)
+        chunk_context(context, 0)
 
 
-def test_a_missing_key_names_the_file_the_record_and_the_key(tmp_path):
-    broken = json.loads(json.dumps(LONGMEMEVAL))
+def test_a_missing_key_names_the_file_the_record_and_the_key(tmp_path, benchmark_records):
+    longmemeval = benchmark_records["longmemeval"]
+    locomo = benchmark_records["locomo"]
+    mab = benchmark_records["memoryagentbench"]
+    broken = json.loads(json.dumps(longmemeval))
     del broken[1]["answer"]
     path = write_json(tmp_path / "longmemeval_s.json", broken)
     with pytest.raises(ValueError, match=r"longmemeval_s\.json row 1 \(question_id 'c4f09d11_abs'\): no 'answer' key"):
@@ -202,19 +136,19 @@ def test_a_missing_key_names_the_file_the_record_and_the_key(tmp_path):
     with pytest.raises(ValueError, match=r"row 0 .* haystack_sessions\[0\] turn 1: no 'role' key"):
         load_longmemeval(write_json(path, broken))
 
-    broken = json.loads(json.dumps(LOCOMO))
+    broken = json.loads(json.dumps(locomo))
     del broken[0]["conversation"]["session_2_date_time"]
     path = write_json(tmp_path / "locomo10.json", broken)
     with pytest.raises(ValueError, match=r"locomo10\.json row 0 \(sample_id 'conv-26'\) conversation: no "
                                          r"'session_2_date_time' key"):
         load_locomo(path)
-    broken = json.loads(json.dumps(LOCOMO))
+    broken = json.loads(json.dumps(locomo))
     del broken[0]["qa"][2]["adversarial_answer"]
     with pytest.raises(ValueError, match=r"row 0 \(sample_id 'conv-26'\) qa 2: no 'answer' key \(category 5: "
                                          r"'adversarial_answer' or 'answer'"):
         load_locomo(write_json(path, broken))
 
-    broken = json.loads(json.dumps(MEMORYAGENTBENCH))
+    broken = json.loads(json.dumps(mab))
     del broken[1]["questions"]
     with pytest.raises(ValueError, match=r"rows\.json row 1 \(source 'longmemeval_s\*'\): no 'questions' key"):
         load_memoryagentbench(write_json(tmp_path / "rows.json", broken))

@@ -331,3 +331,72 @@ def test_longmemeval_rows_are_scored_by_the_judge_with_its_prompt_and_need_one(s
     assert scores == [1.0, 0.0]
     with pytest.raises(ValueError, match="answer_judge"):
         MemoryStoreEnv.check_options({"answer_judge": "ftp://x"})
+
+
+class _BenchmarkJudge(BaseHTTPRequestHandler):
+    """LongMemEval's judge as an endpoint: "yes" when the response under judgment says three days."""
+
+    calls = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls.append(body)
+        verdict = "Yes" if "Model Response: 3 days" in body["messages"][0]["content"] else "No"
+        data = json.dumps({"choices": [{"message": {"content": verdict}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def _answer_all(env, replies, seed=0):
+    obs, info = env.reset(seed=seed)
+    chats = []
+    for reply in replies:
+        chats.append(info["answer_chat"])
+        obs, _, terminated, _, info = env.step(reply)
+    assert terminated and "failure" not in info
+    return chats, info
+
+
+def test_benchmark_files_are_shown_and_scored_as_each_benchmark_does(tmp_path, benchmark_records, serve_http):
+    locomo = tmp_path / "locomo10.json"
+    locomo.write_text(json.dumps(benchmark_records["locomo"]))
+    env = MemoryStoreEnv(data="benchmark", benchmark="locomo", data_path=str(locomo), memory="context",
+                         answerer="policy")
+    env.reset(seed=0)
+    options = "ab" if "(a) a sunrise" in env.task.questions[2].question else "ba"  # (a) is the wrong option or not
+    chats, info = _answer_all(env, ["pottery class", "In 2022", options[1]])
+    system, question = chats[1]
+    assert "DATE: 1:56 pm on 8 May, 2023\nCONVERSATION:\nCaroline said" in system["content"]
+    assert question["content"].endswith("Use DATE of CONVERSATION to answer with an approximate date.")
+    assert "boxed" not in system["content"]  # no Mem-α instruction beside the benchmark's own wording
+    assert [q["score"] for q in info["questions"]] == pytest.approx([1.0, 2 / 3, 1.0])
+    assert [q["category"] for q in info["questions"]] == [4, 2, 5] and info["questions"][2]["abstention"]
+    assert info["metrics"]["r_acc"] == pytest.approx((1 + 2 / 3 + 1) / 3)
+    assert env.reset(seed=1)[1]["answer_chat"][0]["content"].count("DATE: ") == 1  # the second conversation
+
+    lme = tmp_path / "longmemeval_s.json"
+    lme.write_text(json.dumps(benchmark_records["longmemeval"]))
+    with pytest.raises(ValueError, match="holds LongMemEval questions, which its judge scores"):
+        MemoryStoreEnv(data="benchmark", benchmark="longmemeval", data_path=str(lme), memory="context",
+                       answerer="policy")
+    env = MemoryStoreEnv(data="benchmark", benchmark="longmemeval", data_path=str(lme), memory="context",
+                         answerer="policy", answer_judge=serve_http(_BenchmarkJudge) + "/v1")
+    for reply, score in (("3 days", 1.0), ("a week", 0.0)):
+        _BenchmarkJudge.calls.clear()
+        chats, info = _answer_all(env, [reply])
+        assert chats[0][1]["content"] == ("Current Date: 2023/05/30 (Tue) 23:40\nQuestion: How many days before the "
+                                          "café opening did I buy the espresso machine?")
+        assert "### Session 2:\nSession Date: 2023/05/24 (Wed) 10:05" in chats[0][0]["content"]
+        assert info["questions"] == [{"question_id": "7a3c51e2", "category": "temporal-reasoning",
+                                      "abstention": False, "score": score}]
+        (body,) = _BenchmarkJudge.calls
+        assert body["temperature"] == 0.0 and body["max_tokens"] == 10  # as LongMemEval asks its judge
+        assert "do not penalize off-by-one errors" in body["messages"][0]["content"]
+    with pytest.raises(ValueError, match="data='benchmark' needs benchmark"):
+        MemoryStoreEnv(data="benchmark", data_path=str(lme))
