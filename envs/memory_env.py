@@ -16,7 +16,8 @@ With data="benchmark" the tasks are a released file of LongMemEval, LoCoMo or Me
 are worded as the benchmark's own answer prompt words them (memory_benchmarks.chunk_text, question_text), the answer
 prompt adds no Mem-α instruction, and each answer gets the score the benchmark reports
 (memory_benchmark_scores.score_question; LongMemEval's judge is answer_judge, else the frozen answerer, asked as
-LongMemEval asks it). The final info's "questions" lists each question's id, category, abstention flag and score.
+LongMemEval asks it). The final info's "questions" lists each question's id, category, abstention flag and score;
+its metrics hold the scores as question_score_<i>, in the order of the instance's questions.
 
 Rewards (memrl_envs.memory_rewards, paper eq. 1): each step returns its row's r_tool + gamma * r_content; the last step
 adds the trajectory's shared r_acc + beta * r_compress. The final info's "row_rewards" gives every row its full
@@ -84,7 +85,7 @@ memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (memory_answer)."""
 FIXED_OPTIONS = ("data", "data_path", "benchmark", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
-                 "answerer_timeout_s", "answerer_retries", "judge", "answer_judge")
+                 "answerer_timeout_s", "answerer_retries", "judge", "answer_judge", "answer_judge_model")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
 
 
@@ -137,8 +138,10 @@ class MemoryStoreConfig:
     answer_judge: str | None = None
     """Who judges the answers of LongMemEval sources ("lme_train", "longmemeval_s*": a rubric, not an answer, as the
     Mem-α authors score them with an LLM): an http(s):// OpenAI-compatible API base or "actor:NAME"; None asks the
-    frozen answerer. A file holding such rows needs one of them. It is asked with the answerer's model name,
-    deadline and retries (answerer_model, answerer_timeout_s, answerer_retries)."""
+    frozen answerer. A file holding such rows needs one of them. It is asked for answer_judge_model (else
+    answerer_model), with the answerer's deadline and retries (answerer_timeout_s, answerer_retries)."""
+    answer_judge_model: str | None = None
+    """Model name sent to an HTTP answer judge (None: answerer_model)."""
     reward_variant: str = "paper"
     """One of memrl_envs.memory_store.VARIANTS: "paper", or "authors_code", the Mem-α authors' code where the paper is
     silent or departs from it (what executes and counts in r_tool: memrl_envs.memory_store's table; answer scoring:
@@ -236,9 +239,10 @@ class MemoryStoreEnv(gym.Env):
 
         self._counter = TokenCounter(config.tokenizer_path)
         self.answerer = self._make_answerer(config.answerer)
-        self.answer_judge = self._make_answerer(config.answer_judge) or self.answerer
+        self.answer_judge = self._make_answerer(config.answer_judge, config.answer_judge_model) or self.answerer
         if config.benchmark is not None and config.answerer is not None:  # judged as the benchmark judges
-            self.answer_judge = self._make_answerer(config.answer_judge or config.answerer, judge=True)
+            self.answer_judge = (self._make_answerer(config.answer_judge, config.answer_judge_model, judge=True)
+                                 if config.answer_judge else self._make_answerer(config.answerer, judge=True))
         if config.answerer is not None and config.benchmark is not None and self.answer_judge is None and any(
                 q.category in LONGMEMEVAL_TYPES for i in self._instances for q in i.questions):
             raise ValueError(f"MemoryStoreEnv: {config.data_path} holds LongMemEval questions, which its judge "
@@ -293,17 +297,17 @@ class MemoryStoreEnv(gym.Env):
             if why:
                 raise ValueError(f"MemoryStoreEnv {setting}={where!r} is not there: {why}")
 
-    def _make_answerer(self, where: str | None, judge: bool = False):
-        """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy". `judge`: an HTTP
-        backend is asked as LongMemEval asks its judge (LONGMEMEVAL_JUDGE_SAMPLING); an actor samples as it was
-        started."""
+    def _make_answerer(self, where: str | None, model: str | None = None, judge: bool = False):
+        """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy". An HTTP backend is
+        asked for `model` (None: answerer_model), and with `judge` as LongMemEval asks its judge
+        (LONGMEMEVAL_JUDGE_SAMPLING); an actor samples as it was started."""
         config = self.config
         if where is None or where == "policy":
             return None
         if where.startswith("actor:"):
             return ActorAnswerer(where.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
         sampling = LONGMEMEVAL_JUDGE_SAMPLING if judge else {}
-        return HTTPAnswerer(where, config.answerer_model, timeout_s=config.answerer_timeout_s,
+        return HTTPAnswerer(where, model or config.answerer_model, timeout_s=config.answerer_timeout_s,
                             retries=config.answerer_retries, **sampling)
 
     @staticmethod
@@ -421,6 +425,8 @@ class MemoryStoreEnv(gym.Env):
                     info["questions"] = [{"question_id": q.question_id, "category": q.category,
                                           "abstention": q.abstention, "score": score}
                                          for q, score in zip(instance.questions, scores)]
+                    # Numbers travel back with the trajectory: a harness reads each question's score there.
+                    metrics.update({f"question_score_{k}": score for k, score in enumerate(scores)})
                 else:
                     judge = LMEJudge(self.answer_judge) if self.answer_judge is not None else None
                     scores = [score_answer(a, q.answers, task.data_source, config.reward_variant, q.question, judge)

@@ -1,11 +1,14 @@
 """memrl's command line (`memrl ...`, or `python -m memrl ...`).
 
     memrl train memagent_dapo --iterations 2     # a tuned example, with its own flags
+    memrl eval locomo --data locomo10.json       # memory policies on a benchmark's released file
     memrl sft --env memrl/Echo-v0 --workflow last_observation --model runs/tiny-model \\
         --out runs/echo-sft --steps 1000        # an SFT warm-start from flags
 
 `memrl train` runs the examples registered under the "memrl.examples" entry points, by name: memrl's tuned
-examples, and those of any installed package that registers its own. `memrl sft` maps its flags onto SFTConfig
+examples, and those of any installed package that registers its own. `memrl eval` runs the evaluations registered
+under "memrl.evaluations" the same way: longmemeval, locomo and memoryagentbench (memrl_tuned_examples.analyses.
+benchmark_eval). `memrl sft` maps its flags onto SFTConfig
 (memrl.algorithms.sft), trains, and writes the model and sft_summary.json.
 """
 
@@ -23,26 +26,38 @@ from memrl.learner.learner_config import LR_SCHEDULES
 
 EXAMPLES_GROUP = "memrl.examples"
 """The entry-point group of runnable examples: name = "package.module:main"."""
+EVALUATIONS_GROUP = "memrl.evaluations"
+"""The entry-point group of evaluations (`memrl eval NAME`): name = "package.module:function"."""
 
 
-def examples() -> dict[str, EntryPoint]:
-    """The registered examples by name."""
-    return {entry.name: entry for entry in entry_points(group=EXAMPLES_GROUP)}
+def examples(group: str = EXAMPLES_GROUP) -> dict[str, EntryPoint]:
+    """The entry points registered under `group`, by name."""
+    return {entry.name: entry for entry in entry_points(group=group)}
+
+
+def _run_registered(command: str, group: str, what: str, argv: Sequence[str]) -> object:
+    """`memrl COMMAND NAME [flags]`: the entry point NAME of `group`, called with its own flags."""
+    found = examples(group)
+    if not argv or argv[0].startswith("-"):
+        print(f"usage: memrl {command} NAME [flags]; NAME is one of: {', '.join(sorted(found))}", file=sys.stderr)
+        raise SystemExit(2 if not argv or argv[0] not in ("-h", "--help") else 0)
+    name, rest = argv[0], list(argv[1:])
+    if name not in found:
+        print(f"memrl {command}: no {what} named {name!r}; the registered ones ({group} entry points): "
+              f"{', '.join(sorted(found))}", file=sys.stderr)
+        raise SystemExit(2)
+    sys.argv = [f"memrl {command} {name}", *rest]  # the entry point parses its own flags
+    return found[name].load()()
 
 
 def train(argv: Sequence[str]) -> object:
     """`memrl train NAME [flags]`: the example's main() with its own flags (its --help lists them)."""
-    found = examples()
-    if not argv or argv[0].startswith("-"):
-        print(f"usage: memrl train NAME [flags]; NAME is one of: {', '.join(sorted(found))}", file=sys.stderr)
-        raise SystemExit(2 if not argv or argv[0] not in ("-h", "--help") else 0)
-    name, rest = argv[0], list(argv[1:])
-    if name not in found:
-        print(f"memrl train: no example named {name!r}; the registered ones ({EXAMPLES_GROUP} entry points): "
-              f"{', '.join(sorted(found))}", file=sys.stderr)
-        raise SystemExit(2)
-    sys.argv = [f"memrl train {name}", *rest]  # the example parses its own flags
-    return found[name].load()()
+    return _run_registered("train", EXAMPLES_GROUP, "example", argv)
+
+
+def evaluate(argv: Sequence[str]) -> object:
+    """`memrl eval NAME [flags]`: a registered evaluation with its own flags (its --help lists them)."""
+    return _run_registered("eval", EVALUATIONS_GROUP, "evaluation", argv)
 
 
 def _json(kind: type, what: str):
@@ -128,7 +143,7 @@ def sft(argv: Sequence[str]) -> dict:
     return run(config, args.out, args.keep_eval_checkpoints)
 
 
-COMMANDS = {"train": train, "sft": sft}
+COMMANDS = {"train": train, "eval": evaluate, "sft": sft}
 
 
 def main(argv: Sequence[str] | None = None) -> object:

@@ -53,6 +53,18 @@ def test_every_tuned_example_script_is_registered_and_loads():
         assert callable(found[name].load())
 
 
+def test_eval_runs_a_benchmark_by_name_with_its_own_flags(capsys):
+    evaluations = examples("memrl.evaluations")
+    assert set(evaluations) == {"longmemeval", "locomo", "memoryagentbench"}
+    assert all(callable(entry.load()) for entry in evaluations.values())
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "locomo", "--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("usage: memrl eval locomo")
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "babilong"])
+    assert exit_.value.code == 2 and "no evaluation named 'babilong'" in capsys.readouterr().err
+
+
 def test_train_runs_an_example_by_name_with_its_own_flags():
     # Through the installed `memrl` command: the example parses its own flags (here, its --help).
     proc = subprocess.run([sys.executable, "-m", "memrl", "train", "echo_dapo", "--help"], capture_output=True,
@@ -67,7 +79,7 @@ def test_unknown_commands_and_examples_are_named(capsys):
     assert exit_.value.code == 2 and "no example named 'no_such_example'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["fit"])
-    assert exit_.value.code == 2 and "no command 'fit'; the commands: train, sft" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "no command 'fit'; the commands: train, eval, sft" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["train"])
     assert exit_.value.code == 2 and "memalpha_grpo" in capsys.readouterr().err

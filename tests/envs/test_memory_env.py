@@ -378,6 +378,7 @@ def test_benchmark_files_are_shown_and_scored_as_each_benchmark_does(tmp_path, b
     assert [q["score"] for q in info["questions"]] == pytest.approx([1.0, 2 / 3, 1.0])
     assert [q["category"] for q in info["questions"]] == [4, 2, 5] and info["questions"][2]["abstention"]
     assert info["metrics"]["r_acc"] == pytest.approx((1 + 2 / 3 + 1) / 3)
+    assert [info["metrics"][f"question_score_{i}"] for i in range(3)] == pytest.approx([1.0, 2 / 3, 1.0])
     assert env.reset(seed=1)[1]["answer_chat"][0]["content"].count("DATE: ") == 1  # the second conversation
 
     lme = tmp_path / "longmemeval_s.json"
