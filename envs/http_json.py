@@ -1,5 +1,5 @@
-"""JSON over HTTP POST with one deadline per request, retries for what may pass, and a cap on the answer: the client
-the HTTP retriever and the HTTP answerer share."""
+"""JSON over HTTP POST with one deadline per request, retries for what may pass, and a cap on the answer: the HTTP
+retriever's client (a plain JSON endpoint; chat endpoints go through the openai client, memory_answer.HTTPAnswerer)."""
 
 from __future__ import annotations
 
@@ -34,15 +34,14 @@ class JSONClient:
     that is too large or not JSON). Only read-only or repeatable requests belong here.
     """
 
-    def __init__(self, url: str, timeout_s: float, retries: int, max_answer_bytes: int, who: str, setting: str,
-                 headers: dict[str, str] | None = None):
+    def __init__(self, url: str, timeout_s: float, retries: int, max_answer_bytes: int, who: str, setting: str):
         self.url = url
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_answer_bytes = max_answer_bytes
         self.who = who
         self.setting = setting
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.headers = {"Content-Type": "application/json"}
         self._parts = urllib.parse.urlsplit(url)
 
     def post(self, body: dict):

@@ -10,7 +10,8 @@ per-source query prompt before each question), and the list is never shortened f
 list while their prompt exceeds 30,000 tokens). Backends, all behind `Answerer.answer(conversations) -> replies`:
 
 - `HTTPAnswerer`: an OpenAI-compatible chat endpoint (`/v1/chat/completions`; vLLM's server, or any service users
-  put Qwen3-32B behind), one request per question, each with its own deadline and retries;
+  put Qwen3-32B behind) through the `openai` client, one request per question, each with its own deadline and
+  retries;
 - `ActorAnswerer`: a named Ray actor with an `answer` method (memrl.engines.chat.ChatServer serves any memrl
   inference engine that way).
 
@@ -22,15 +23,20 @@ gold is a rubric: an answerer is asked the LongMemEval judge's yes/no question, 
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Protocol
 
-from memrl_envs.http_json import JSONClient, preview
+from memrl_envs.http_json import preview
 from memrl_envs.memory_rewards import judge_verdict, metric_for
 from memrl_envs.memory_store import MemoryStore, bm25_rank
 
+_BACKOFF_S = 8.0
+"""The longest pause the openai client takes between two tries of a request (its MAX_RETRY_DELAY)."""
 ANSWER_SYSTEM = (
     "You answer questions using only the memory below.\n\n"
     "MEMORY:\n{memory}\n\n"
@@ -128,41 +134,64 @@ class Answerer(Protocol):
 
 
 class HTTPAnswerer:
-    """An OpenAI-compatible chat completions endpoint. `url` is the API base (".../v1") or the full
-    ".../chat/completions" URL; `model` the served model's name. Each chat is one request with a deadline of
-    `timeout_s` (connecting and the whole answer), asked again up to `retries` times when the server cannot be reached
-    or answers 5xx; up to `concurrency` requests run at once. Errors name the URL."""
+    """An OpenAI-compatible chat completions endpoint (vLLM's server, or any hosted model), through the `openai`
+    client. `url` is the API base (".../v1"; a full ".../chat/completions" URL is cut back to it), `model` the served
+    model's name, `api_key` the key (default: OPENAI_API_KEY, else none). Each chat is one request: connecting and
+    each read wait at most `timeout_s`, and what cannot be reached, times out or answers 408, 429 or 5xx is asked
+    again up to `retries` times with the client's backoff; whatever happens, a chat's answer comes within
+    (retries + 1) x timeout_s plus the backoff, or the call raises. Up to `concurrency` requests run at once. Errors
+    name the endpoint: ConnectionError (unreachable or late; the setting to raise is answerer_timeout_s),
+    RuntimeError (an HTTP error status), ValueError (an answer without a message)."""
 
     def __init__(self, url: str, model: str, temperature: float = 0.7, max_tokens: int = 512,
-                 timeout_s: float = 120.0, retries: int = 2, concurrency: int = 8, api_key: str | None = None,
-                 max_answer_bytes: int = 16 * 1024**2):
+                 timeout_s: float = 120.0, retries: int = 2, concurrency: int = 8, api_key: str | None = None):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"HTTPAnswerer url must start with http:// or https://, got {url!r}")
         if not isinstance(model, str) or not model:
             raise ValueError("HTTPAnswerer model must name the served model (the name the server lists at /v1/models)")
-        if not url.rstrip("/").endswith("/chat/completions"):
-            url = url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self.client = JSONClient(url, timeout_s, retries, max_answer_bytes, who="answerer",
-                                 setting="answerer_timeout_s", headers=headers)
+        from openai import OpenAI
+
+        self.base_url = url.rstrip("/").removesuffix("/chat/completions")
+        self.client = OpenAI(base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
+                             timeout=timeout_s, max_retries=retries)
         self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
-        self.concurrency = concurrency
+        self.timeout_s, self.retries, self.concurrency = timeout_s, retries, concurrency
 
     def _one(self, messages: list[dict[str, str]]) -> str:
-        data = self.client.post({"model": self.model, "messages": messages, "temperature": self.temperature,
-                                 "max_tokens": self.max_tokens})
+        import openai
+
         try:
-            content = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise ValueError(f"answerer {self.client.url} should answer {{'choices': [{{'message': {{'content': "
-                             f"...}}}}]}}, got {preview(data)}") from None
+            completion = self.client.chat.completions.create(model=self.model, messages=messages,
+                                                             temperature=self.temperature, max_tokens=self.max_tokens)
+        except (openai.APITimeoutError, openai.APIConnectionError) as e:
+            raise ConnectionError(f"answerer {self.base_url} could not be reached or gave no answer within "
+                                  f"{self.timeout_s:g} s, {self.retries + 1} tries (answerer_timeout_s, "
+                                  f"answerer_retries): {e}") from None
+        except openai.APIStatusError as e:
+            raise RuntimeError(f"answerer {self.base_url} answered HTTP {e.status_code}: "
+                               f"{preview(e.message)}") from None
+        choices = getattr(completion, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise ValueError(f"answerer {self.base_url} should answer {{'choices': [{{'message': {{'content': "
+                             f"...}}}}]}}, got {preview(completion)}")
+        content = choices[0].message.content
         return content if isinstance(content, str) else ""
 
     def answer(self, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
-        if len(conversations) <= 1:
-            return [self._one(c) for c in conversations]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations))) as pool:
-            return list(pool.map(self._one, conversations))
+        if not conversations:
+            return []
+        # The client's own timeouts bound each wait; this bounds the whole answer, even one trickled in slowly.
+        deadline = time.monotonic() + (self.retries + 1) * self.timeout_s + _BACKOFF_S * self.retries
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(conversations)))
+        try:
+            futures = [pool.submit(self._one, c) for c in conversations]
+            try:
+                return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+            except FutureTimeout:
+                raise ConnectionError(f"answerer {self.base_url} gave no whole answer within "
+                                      f"{(self.retries + 1) * self.timeout_s:g} s (answerer_timeout_s)") from None
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ActorAnswerer:

@@ -107,6 +107,42 @@ def serve_http():
 
 
 @pytest.fixture(scope="session")
+def vllm_chat_server(tiny_checkpoint, tmp_path_factory):
+    """vLLM's own OpenAI-compatible server on loopback serving the tiny checkpoint as model "tiny", started for the
+    session: its API base (http://127.0.0.1:PORT/v1)."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_checkpoint),
+             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+             "--enforce-eager", "--max-model-len", "2048"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 420
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/models", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "vLLM's server did not start within 420 s"
+                time.sleep(2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """Path of a freshly built tiny Qwen2 checkpoint (tokenizer included)."""
     from memrl.models.tiny import build_tiny_checkpoint

@@ -1,10 +1,9 @@
 """The answerer's prompt and the HTTP answerer, the latter against vLLM's own OpenAI-compatible server on loopback."""
 
-import os
-import socket
-import subprocess
-import sys
+import json
 import time
+from http.server import BaseHTTPRequestHandler
+from typing import ClassVar
 
 import pytest
 
@@ -60,51 +59,80 @@ def test_bad_answerer_settings_are_named():
         HTTPAnswerer("localhost:8000", "m")
     with pytest.raises(ValueError, match="model"):
         HTTPAnswerer("http://127.0.0.1:8000/v1", "")
-    assert HTTPAnswerer("http://h/v1", "m").client.url == "http://h/v1/chat/completions"
+    assert HTTPAnswerer("http://h/v1/chat/completions", "m").base_url == "http://h/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _Flaky(BaseHTTPRequestHandler):
+    """A chat endpoint that fails the first request of each chat with 503, then answers; "stall" waits 30 s."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        question = body["messages"][-1]["content"]
+        type(self).seen.append(question)
+        if question == "stall":
+            time.sleep(30)
+        if question == "trickle":  # headers, then one byte of the body every half second
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "60")
+            self.end_headers()
+            try:
+                for _ in range(60):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up at its deadline
+                pass
+            return
+        if type(self).seen.count(question) == 1:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": f"re: {question}"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_http_answerer_retries_what_may_pass_and_keeps_its_deadline(serve_http):
+    url = serve_http(_Flaky) + "/v1"
+    chats = [[{"role": "user", "content": q}] for q in ("a", "b")]
+    assert HTTPAnswerer(url, "m", retries=1, timeout_s=10).answer(chats) == ["re: a", "re: b"]
+    assert sorted(_Flaky.seen) == ["a", "a", "b", "b"]  # each failed once, then passed
+    with pytest.raises(RuntimeError, match=r"answered HTTP 503"):
+        HTTPAnswerer(url, "m", retries=0).answer([[{"role": "user", "content": "c"}]])
+    for late in ("stall", "trickle"):  # no byte within the timeout; every byte within it, the whole answer not
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"answerer http://127\.0\.0\.1:\d+/v1 .*within 1 s.*"
+                                                  r"answerer_timeout_s"):
+            HTTPAnswerer(url, "m", retries=0, timeout_s=1).answer([[{"role": "user", "content": late}]])
+        assert time.monotonic() - start < 5
 
 
 @pytest.mark.slow
-def test_http_answerer_against_vllms_openai_server(tiny_checkpoint, tmp_path):
-    port = _free_port()
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_checkpoint),
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-         "--enforce-eager", "--max-model-len", "2048"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        answerer = HTTPAnswerer(url, "tiny", temperature=0.0, max_tokens=8, timeout_s=30)
-        chats = [answer_messages("<core_memory>\nKema works for Quovex.\n</core_memory>", q, "squad")
-                 for q in ("Where does Kema work?", "Who works for Quovex?")]
-        deadline = time.monotonic() + 420
-        while True:
-            try:
-                replies = answerer.answer(chats)
-                break
-            except ConnectionError:
-                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "vLLM's server did not start within 420 s"
-                time.sleep(2)
-        assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
-        assert replies == answerer.answer(chats)  # greedy
-        with pytest.raises(RuntimeError, match="HTTP 404"):
-            HTTPAnswerer(url, "no-such-model", max_tokens=4).answer(chats[:1])
-        memory_env = MemoryStoreEnv(num_chunks=1, num_questions=2, answerer=url, answerer_model="tiny")
-        memory_env.reset(seed=0)
-        *_, terminated, _, info = memory_env.step("nothing")
-        assert terminated and len(info["answers"]) == 2 and "r_acc" in info["metrics"]
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        log.close()
+def test_http_answerer_against_vllms_openai_server(vllm_chat_server):
+    answerer = HTTPAnswerer(vllm_chat_server, "tiny", temperature=0.0, max_tokens=8, timeout_s=30)
+    chats = [answer_messages("<core_memory>\nKema works for Quovex.\n</core_memory>", q, "squad")
+             for q in ("Where does Kema work?", "Who works for Quovex?")]
+    replies = answerer.answer(chats)
+    assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
+    assert replies == answerer.answer(chats)  # greedy
+    with pytest.raises(RuntimeError, match="HTTP 404"):
+        HTTPAnswerer(vllm_chat_server, "no-such-model", max_tokens=4).answer(chats[:1])
+    memory_env = MemoryStoreEnv(num_chunks=1, num_questions=2, answerer=vllm_chat_server, answerer_model="tiny")
+    memory_env.reset(seed=0)
+    *_, terminated, _, info = memory_env.step("nothing")
+    assert terminated and len(info["answers"]) == 2 and "r_acc" in info["metrics"]
 
 
 def test_items_that_share_no_word_with_the_question_fill_the_list_in_stored_order():

@@ -93,3 +93,12 @@ def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(ra
     (row,) = benchmark_eval.run("memoryagentbench", argv)
     assert asked == [0, 1, 1]  # the finished instance was not asked again
     assert set(row["per_category"]) == {"ruler_qa1_197K", "longmemeval_s*"} and row["instances"] == 2
+
+
+@pytest.mark.slow
+def test_the_answerer_may_be_vllms_openai_server(ray_session, tmp_path, benchmark_records, vllm_chat_server):
+    locomo, _, _ = _write(tmp_path, benchmark_records)
+    (row,) = benchmark_eval.run("locomo", ["--data", str(locomo), "--engine", "torch", "--memory", "memagent",
+                                           "--answerer", vllm_chat_server, "--answerer-model", "tiny",
+                                           "--out", str(tmp_path / "out")])
+    assert row["instances"] == 2 and row["overall"]["n"] == 4 and row["calls"] == 1.5
