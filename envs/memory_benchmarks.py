@@ -29,8 +29,9 @@ task_eval/evaluation.py): `data/locomo10.json` is one JSON list of 10 samples, e
 Each non-empty session becomes one chunk dated by its date_time, session_id "session_<n>", in session number order.
 Its text renders the turns the way gpt_utils.py's get_input_context does: `Speaker said, "text"` and a line break,
 then ` and shared <blip_caption>.` on a turn that shares a photo, then another line break (so turns stand a blank line
-apart, a caption on the line under its turn); the session's last line breaks are dropped. A category-5 question is an abstention question whose answers are
-its `adversarial_answer` (`answer` where that is missing); every other question's answers are its `answer`, as text.
+apart, a caption on the line under its turn); the session's last line breaks are dropped. A category-5 question is
+an abstention question whose answers are its `adversarial_answer` (`answer` where that is missing); every other
+question's answers are its `answer`, as text.
 
 MemoryAgentBench (github.com/HUST-AI-HYZ/MemoryAgentBench: conversation_creator.py, utils/eval_data_utils.py,
 utils/eval_other_utils.py, configs/data_conf/; data on Hugging Face as ai-hyz/MemoryAgentBench, its dataset card's
@@ -334,7 +335,7 @@ def load_benchmark(name: str, path: str | Path, **kwargs) -> tuple[BenchmarkInst
     return loaders[name](path, **kwargs)
 
 
-# -- what a reader is shown: each benchmark's own rendering --------------------------------------------------------------
+# -- what a reader is shown: each benchmark's own rendering ---------------------------------------------------------
 LOCOMO_NOT_MENTIONED = "Not mentioned in the conversation"
 """The option LoCoMo's evaluation offers beside the adversarial answer of a category-5 question."""
 
