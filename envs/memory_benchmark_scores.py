@@ -38,6 +38,7 @@ changes from run to run).
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
@@ -191,12 +192,62 @@ def locomo_score(prediction: str, gold: str, category: int) -> float:
     raise ValueError(f"LoCoMo category must be one of {sorted(LOCOMO_CATEGORIES)}, got {category!r}")
 
 
-def locomo_metrics(scored: Iterable[Scored]) -> dict:
-    """Mean score with its 95% interval per category (by name) and over all questions."""
-    scored = list(scored)
-    per = {name: [s.score for s in scored if s.category == number] for number, name in LOCOMO_CATEGORIES.items()}
-    return {"per_category": {name: _summary(v) for name, v in per.items() if v},
-            "overall": _summary([s.score for s in scored])}
+LOCOMO_JUDGE_MODEL = "gpt-4o-mini"
+"""The judge of the LLM-judge figures the field reports on LoCoMo (Mem0's evaluation, evaluation/metrics/llm_judge.py)."""
+LOCOMO_JUDGE_SAMPLING = {"temperature": 0.0, "max_tokens": 512}
+"""How that judge is asked: greedy (Mem0 also asks for a JSON object; its length is not capped there)."""
+_LOCOMO_JUDGE_PROMPT = (
+    "\nYour task is to label an answer to a question as \u2019CORRECT\u2019 or \u2019WRONG\u2019. You will be given the "
+    "following data:\n    (1) a question (posed by one user to another user), \n    (2) a \u2019gold\u2019 (ground truth) "
+    "answer, \n    (3) a generated answer\nwhich you will score as CORRECT/WRONG.\n\nThe point of the question is to ask "
+    "about something one user should know about the other user based on their prior conversations.\nThe gold answer "
+    "will usually be a concise and short answer that includes the referenced topic, for example:\nQuestion: Do you "
+    "remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace\nThe generated answer might be "
+    "much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold "
+    "answer, it should be counted as CORRECT. \n\nFor time related questions, the gold answer will be a specific date, "
+    "month, year, etc. The generated answer might be much longer or use relative time references (like \"last "
+    "Tuesday\" or \"next month\"), but you should be generous with your grading - as long as it refers to the same date "
+    "or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., \"May 7th\" "
+    "vs \"7 May\"), consider it CORRECT if it's the same date.\n\nNow it's time for the real question:\nQuestion: "
+    "{question}\nGold answer: {gold_answer}\nGenerated answer: {generated_answer}\n\nFirst, provide a short (one "
+    "sentence) explanation of your reasoning, then finish with CORRECT or WRONG. \nDo NOT include both CORRECT and "
+    "WRONG in your response, or it will break the evaluation script.\n\nJust return the label CORRECT or WRONG in a json "
+    "format with the key as \"label\".\n")
+_FENCED_JSON = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.S)
+
+
+def locomo_judge_prompt(question: str, gold: str, generated: str) -> str:
+    """The LLM judge's one user message for LoCoMo (Mem0's ACCURACY_PROMPT)."""
+    return _LOCOMO_JUDGE_PROMPT.format(question=question, gold_answer=gold, generated_answer=generated)
+
+
+def locomo_judge_label(reply: str) -> bool:
+    """The judge's verdict as Mem0 reads it: the JSON in a fenced block, else from the first "{" to the last "}",
+    else the whole reply; its "label" must be exactly "CORRECT". A reply without such JSON is WRONG here (Mem0's
+    script stops with an error on it)."""
+    text = reply.strip()
+    fenced = _FENCED_JSON.search(text)
+    if fenced:
+        text = fenced.group(1)
+    elif -1 < text.find("{") < text.rfind("}"):
+        text = text[text.find("{"): text.rfind("}") + 1]
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(value, dict) and value.get("label") == "CORRECT"
+
+
+def locomo_metrics(scored: Iterable[Scored], judged: Iterable[Scored] = ()) -> dict:
+    """Mean score with its 95% interval per category (by name) and over all questions; with `judged` (the LLM
+    judge's 1/0 per question of categories 1-4, as Mem0 reports it), "judge" holds the same figures for those."""
+    def figures(rows: list[Scored]) -> dict:
+        per = {name: [s.score for s in rows if s.category == number] for number, name in LOCOMO_CATEGORIES.items()}
+        return {"per_category": {name: _summary(v) for name, v in per.items() if v},
+                "overall": _summary([s.score for s in rows])}
+
+    judged = list(judged)
+    return {**figures(list(scored)), **({"judge": figures(judged)} if judged else {})}
 
 
 # -- MemoryAgentBench --------------------------------------------------------------------------------------------------
@@ -347,13 +398,19 @@ def locomo_choice(reply: str, options: dict[str, str]) -> str:
     return reply
 
 
+def locomo_reply(question, reply: str) -> str:
+    """A LoCoMo reply as it is scored: an adversarial question's option letter read as its option (locomo_choice)."""
+    from memrl_envs.memory_benchmarks import locomo_options
+
+    return locomo_choice(reply, locomo_options(question)) if question.category == 5 else reply
+
+
 def score_question(benchmark: str, question, reply: str, source: str = "",
                    judge: Callable[[str], str] | None = None) -> float:
     """The score the benchmark reports for `reply` to `question` (a memrl_envs.memory_benchmarks.BenchmarkQuestion):
     LongMemEval's judge verdict, LoCoMo's category score, MemoryAgentBench's reported metric for sub-dataset
     `source`. `judge(prompt)` returns the judge model's reply to one user message (asked with
     LONGMEMEVAL_JUDGE_SAMPLING); LongMemEval questions, and MemoryAgentBench's LongMemEval rows, need it."""
-    from memrl_envs.memory_benchmarks import locomo_options
 
     def judged(category) -> float:
         if judge is None:
@@ -366,9 +423,7 @@ def score_question(benchmark: str, question, reply: str, source: str = "",
     if benchmark == "longmemeval":
         return judged(question.category)
     if benchmark == "locomo":
-        if question.category == 5:
-            reply = locomo_choice(reply, locomo_options(question))
-        return locomo_score(reply, question.answers[0], question.category)
+        return locomo_score(locomo_reply(question, reply), question.answers[0], question.category)
     if benchmark == "memoryagentbench":
         metric = reported_metric(source)
         if metric == "judge" and "longmemeval" in source:
@@ -379,3 +434,12 @@ def score_question(benchmark: str, question, reply: str, source: str = "",
                              "authors' HELMET judge); leave this sub-dataset out or score it with their script")
         return float(scores[metric])
     raise ValueError(f"unknown benchmark {benchmark!r}; allowed: longmemeval, locomo, memoryagentbench")
+
+
+def judge_locomo(question, reply: str, judge: Callable[[str], str]) -> float | None:
+    """The LLM judge's 1.0/0.0 for `reply` to a LoCoMo question (Mem0's prompt and reading; the reply as the F1 reads
+    it, an option letter of an adversarial question turned into the option); None for category 5, which Mem0's
+    evaluation leaves out."""
+    if question.category == 5:
+        return None
+    return float(locomo_judge_label(judge(locomo_judge_prompt(question.question, question.answers[0], reply))))

@@ -59,7 +59,14 @@ from memrl_envs.memory_answer import (
     context_memory,
     memory_for,
 )
-from memrl_envs.memory_benchmark_scores import LONGMEMEVAL_JUDGE_SAMPLING, LONGMEMEVAL_TYPES, score_question
+from memrl_envs.memory_benchmark_scores import (
+    LOCOMO_JUDGE_SAMPLING,
+    LONGMEMEVAL_JUDGE_SAMPLING,
+    LONGMEMEVAL_TYPES,
+    judge_locomo,
+    locomo_reply,
+    score_question,
+)
 from memrl_envs.memory_benchmarks import BENCHMARKS, BenchmarkInstance, chunk_text, load_benchmark, question_text
 from memrl_envs.memory_generators import MemoryGeneratorConfig, expert_calls, format_calls, make_memory_task
 from memrl_envs.memory_rewards import (
@@ -240,9 +247,13 @@ class MemoryStoreEnv(gym.Env):
         self._counter = TokenCounter(config.tokenizer_path)
         self.answerer = self._make_answerer(config.answerer)
         self.answer_judge = self._make_answerer(config.answer_judge, config.answer_judge_model) or self.answerer
-        if config.benchmark is not None and config.answerer is not None:  # judged as the benchmark judges
-            self.answer_judge = (self._make_answerer(config.answer_judge, config.answer_judge_model, judge=True)
-                                 if config.answer_judge else self._make_answerer(config.answerer, judge=True))
+        if config.benchmark == "locomo":  # F1 scores it; a judge given adds the LLM-judge figure the field reports
+            self.answer_judge = self._make_answerer(config.answer_judge, config.answer_judge_model,
+                                                    LOCOMO_JUDGE_SAMPLING)
+        elif config.benchmark is not None and config.answerer is not None:  # judged as the benchmark judges
+            self.answer_judge = (
+                self._make_answerer(config.answer_judge, config.answer_judge_model, LONGMEMEVAL_JUDGE_SAMPLING)
+                if config.answer_judge else self._make_answerer(config.answerer, sampling=LONGMEMEVAL_JUDGE_SAMPLING))
         if config.answerer is not None and config.benchmark is not None and self.answer_judge is None and any(
                 q.category in LONGMEMEVAL_TYPES for i in self._instances for q in i.questions):
             raise ValueError(f"MemoryStoreEnv: {config.data_path} holds LongMemEval questions, which its judge "
@@ -297,18 +308,17 @@ class MemoryStoreEnv(gym.Env):
             if why:
                 raise ValueError(f"MemoryStoreEnv {setting}={where!r} is not there: {why}")
 
-    def _make_answerer(self, where: str | None, model: str | None = None, judge: bool = False):
+    def _make_answerer(self, where: str | None, model: str | None = None, sampling: dict | None = None):
         """The backend at `where` (an http(s) URL or "actor:NAME"); None for None or "policy". An HTTP backend is
-        asked for `model` (None: answerer_model), and with `judge` as LongMemEval asks its judge
-        (LONGMEMEVAL_JUDGE_SAMPLING); an actor samples as it was started."""
+        asked for `model` (None: answerer_model) with `sampling` (a judge's temperature and max_tokens; None: the
+        answerer's defaults); an actor samples as it was started."""
         config = self.config
         if where is None or where == "policy":
             return None
         if where.startswith("actor:"):
             return ActorAnswerer(where.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
-        sampling = LONGMEMEVAL_JUDGE_SAMPLING if judge else {}
         return HTTPAnswerer(where, model or config.answerer_model, timeout_s=config.answerer_timeout_s,
-                            retries=config.answerer_retries, **sampling)
+                            retries=config.answerer_retries, **(sampling or {}))
 
     @staticmethod
     def _load_benchmark(config: MemoryStoreConfig):
@@ -427,6 +437,11 @@ class MemoryStoreEnv(gym.Env):
                                          for q, score in zip(instance.questions, scores)]
                     # Numbers travel back with the trajectory: a harness reads each question's score there.
                     metrics.update({f"question_score_{k}": score for k, score in enumerate(scores)})
+                    if config.benchmark == "locomo" and judge is not None:
+                        for k, (q, a) in enumerate(zip(instance.questions, answers)):
+                            verdict = judge_locomo(q, locomo_reply(q, a), judge)
+                            if verdict is not None:
+                                info["questions"][k]["judge"] = metrics[f"question_judge_{k}"] = verdict
                 else:
                     judge = LMEJudge(self.answer_judge) if self.answer_judge is not None else None
                     scores = [score_answer(a, q.answers, task.data_source, config.reward_variant, q.question, judge)

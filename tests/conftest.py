@@ -124,7 +124,7 @@ def vllm_chat_server(tiny_checkpoint, tmp_path_factory):
         server = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_checkpoint),
              "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-             "--enforce-eager", "--max-model-len", "2048"], stdout=log, stderr=subprocess.STDOUT, env=env)
+             "--enforce-eager", "--max-model-len", "4096"], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 420

@@ -351,3 +351,60 @@ def test_each_benchmark_scores_a_question_by_its_reported_figure():
     assert score_question("memoryagentbench", icl, "43", source="icl_banking77_5900shot_balance") == 1.0
     with pytest.raises(ValueError, match="reports 'infbench_sum_eng_shots2' by judge"):
         score_question("memoryagentbench", icl, "43", source="infbench_sum_eng_shots2")
+
+
+# -- LoCoMo's LLM-judge variant (Mem0's evaluation) -------------------------------------------------------------------
+def mem0_label_reference(reply: str) -> bool:
+    """Mem0's reading: a fenced block's content, else the outermost braces, else the text; then json's "label"."""
+    import json
+
+    text = reply.strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
+    if fence:
+        text = fence.group(1)
+    else:
+        first, last = text.find("{"), text.rfind("}")
+        if first != -1 and last != -1 and last > first:
+            text = text[first:last + 1]
+    try:
+        return json.loads(text).get("label") == "CORRECT"
+    except (ValueError, AttributeError):
+        return False
+
+
+JUDGE_REPLIES = [
+    '{"label": "CORRECT"}', '{"label": "WRONG"}', '{"label": "correct"}', '```json\n{"label": "CORRECT"}\n```',
+    '```\n{"label": "WRONG"}\n```', 'The answer names the same necklace. {"label": "CORRECT"}',
+    'It refers to another year.\n{"label": "WRONG"}', '{"label":"CORRECT","why":"same date"}', 'CORRECT',
+    '"CORRECT"', '{"label": "CORRECT"} {"label": "WRONG"}', '{"Label": "CORRECT"}', '{"label": ["CORRECT"]}',
+    '{"label": " CORRECT"}', '', '{}', '{', '}{', '[{"label": "CORRECT"}]', '```json\n{"label": "CORRECT"',
+    'Reasoning... ```json {"label": "CORRECT"} ``` done', '{"label": "CORRECT"}\n```', '```{"label": "CORRECT"}```',
+    '  {"label": "CORRECT"}  ', '{"label": null}', '{"label": "WRONG", "label": "CORRECT"}', 'null',
+    '{"label": "CORRECT"', 'label: CORRECT', '{"answer": "CORRECT"}', '{"label": "CORRECT."}',
+    'x {"a": {"label": "CORRECT"}} y',
+]
+
+
+@pytest.mark.parametrize("reply", JUDGE_REPLIES)
+def test_locomo_judge_reads_its_label_as_mem0_does(reply):
+    from memrl_envs.memory_benchmark_scores import locomo_judge_label
+
+    assert locomo_judge_label(reply) is mem0_label_reference(reply)
+
+
+def test_locomo_judge_asks_its_prompt_and_leaves_adversarial_questions_out():
+    from memrl_envs.memory_benchmark_scores import judge_locomo, locomo_judge_prompt, locomo_metrics
+    from memrl_envs.memory_benchmarks import BenchmarkQuestion
+
+    prompt = locomo_judge_prompt("When?", "7 May 2023", "last Sunday")
+    assert prompt.startswith("\nYour task is to label an answer to a question as \u2019CORRECT\u2019 or \u2019WRONG\u2019.")
+    assert "Question: When?\nGold answer: 7 May 2023\nGenerated answer: last Sunday\n\n" in prompt
+    assert prompt.endswith('in a json format with the key as "label".\n')
+    asked = []
+    judge = lambda p: asked.append(p) or '{"label": "CORRECT"}'  # noqa: E731
+    assert judge_locomo(BenchmarkQuestion("q", "When?", ("7 May 2023",), 2), "last Sunday", judge) == 1.0
+    assert asked == [prompt]
+    assert judge_locomo(BenchmarkQuestion("q", "Who?", ("x",), 5), "(a)", judge) is None and len(asked) == 1
+    metrics = locomo_metrics([Scored("a", 2, 0.5), Scored("b", 5, 1.0)], judged=[Scored("a", 2, 1.0)])
+    assert metrics["judge"]["overall"]["mean"] == 1.0 and set(metrics["judge"]["per_category"]) == {"temporal"}
+    assert "judge" not in locomo_metrics([Scored("a", 2, 0.5)])

@@ -401,3 +401,35 @@ def test_benchmark_files_are_shown_and_scored_as_each_benchmark_does(tmp_path, b
         assert "do not penalize off-by-one errors" in body["messages"][0]["content"]
     with pytest.raises(ValueError, match="data='benchmark' needs benchmark"):
         MemoryStoreEnv(data="benchmark", data_path=str(lme))
+
+
+class _LocomoJudge(BaseHTTPRequestHandler):
+    """Mem0's LoCoMo judge as an endpoint: CORRECT when the generated answer is "pottery class"."""
+
+    calls = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls.append(body)
+        right = "Generated answer: pottery class\n" in body["messages"][0]["content"]
+        reply = 'Same activity. ```json\n{"label": "%s"}\n```' % ("CORRECT" if right else "WRONG")
+        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_locomo_answers_also_get_the_llm_judges_label_when_a_judge_is_given(tmp_path, benchmark_records, serve_http):
+    locomo = tmp_path / "locomo10.json"
+    locomo.write_text(json.dumps(benchmark_records["locomo"]))
+    env = MemoryStoreEnv(data="benchmark", benchmark="locomo", data_path=str(locomo), memory="context",
+                         answerer="policy", answer_judge=serve_http(_LocomoJudge) + "/v1", answer_judge_model="j")
+    _, info = _answer_all(env, ["pottery class", "In 2022", "a"])
+    assert [q.get("judge") for q in info["questions"]] == [1.0, 0.0, None]  # adversarial questions are not judged
+    assert info["metrics"]["question_judge_0"] == 1.0 and "question_judge_2" not in info["metrics"]
+    assert [b["model"] for b in _LocomoJudge.calls] == ["j", "j"] and _LocomoJudge.calls[0]["max_tokens"] == 512

@@ -16,7 +16,8 @@ with its shipped CPU policy):
 - rag, long_context: no memory; the policy's weights answer each question from the two chunks BM25 ranks highest for
   it, or from the latest chunks that fit in --context-tokens.
 LongMemEval's questions (and MemoryAgentBench's LongMemEval rows) are judged with LongMemEval's prompts by --judge
-(default: the answerer), whose model is recorded with every result.
+(default: the answerer); on LoCoMo a --judge adds the LLM-judge figure the field reports beside the benchmark's F1
+(Mem0's prompt, categories 1-4). The judge's model is recorded with every result.
 
 Each row's finished instances are appended to <out>/<benchmark>/<row>.jsonl as they finish; a run that is stopped
 and started again asks only the instances not finished yet. The table (<out>/<benchmark>.json, .md, .png): accuracy
@@ -42,6 +43,8 @@ from tqdm import tqdm
 import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
 from memrl_envs.memory_benchmark_scores import (
     LOCOMO_CATEGORIES,
+    LOCOMO_JUDGE_MODEL,
+    LOCOMO_JUDGE_SAMPLING,
     LONGMEMEVAL_JUDGE_MODEL,
     LONGMEMEVAL_JUDGE_SAMPLING,
     LONGMEMEVAL_TYPES,
@@ -80,6 +83,11 @@ SHIPPED_NAMES = {"memalpha": "Mem-α warm-start", "memagent": "MemAgent warm-sta
 """The table's names of the shipped CPU policies."""
 RAG_TOP_K = 2
 """Chunks the RAG row shows per question."""
+JUDGES = {"longmemeval": {"prompts": "LongMemEval's src/evaluation/evaluate_qa.py",
+                           "sampling": LONGMEMEVAL_JUDGE_SAMPLING, "field_model": LONGMEMEVAL_JUDGE_MODEL},
+          "locomo": {"prompts": "Mem0's evaluation/metrics/llm_judge.py (categories 1-4)",
+                     "sampling": LOCOMO_JUDGE_SAMPLING, "field_model": LOCOMO_JUDGE_MODEL}}
+"""What a judge is asked with, and the judge the published figures come from."""
 ENDPOINTS = ("http://", "https://", "actor:")
 """How an --answerer or --judge that is not a checkpoint starts."""
 
@@ -130,19 +138,19 @@ def workflow_of(row: Row) -> tuple[str, dict]:
     return writer.workflow, writer.workflow_config if row.memory in WRITTEN else CPU_WORKFLOW
 
 
-def finished(path: Path) -> dict[int, dict]:
+def finished(path: Path, failed: bool = False) -> dict[int, dict]:
     """The records of the instances a row has finished (a run stopped half way left the others out; a line cut
-    short by the stop is dropped)."""
-    done = {}
+    short by the stop is dropped); with `failed`, the last failure of each instance not finished instead (an
+    answerer or judge that failed: asked again on the next run)."""
+    done, failures = {}, {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if not record.get("failure"):
-                done[record["instance"]] = record
-    return done
+            (failures if record.get("failure") else done)[record["instance"]] = record
+    return {i: r for i, r in failures.items() if i not in done} if failed else done
 
 
 def _append(path: Path, records: list[dict]) -> None:
@@ -193,7 +201,9 @@ def record(instance, index: int, trajectory, seconds: float) -> dict:
            "seconds": seconds}
     if not trajectory.failure:
         out["questions"] = [{"question_id": q.question_id, "category": q.category, "abstention": q.abstention,
-                             "score": metrics[f"question_score_{k}"]} for k, q in enumerate(instance.questions)]
+                             "score": metrics[f"question_score_{k}"],
+                             **({"judge": metrics[f"question_judge_{k}"]} if f"question_judge_{k}" in metrics else {})}
+                            for k, q in enumerate(instance.questions)]
     return out
 
 
@@ -204,12 +214,18 @@ def _summary(values) -> dict:
 
 def figures(benchmark: str, row: Row, records: list[dict]) -> dict:
     """One table row from a row's records."""
+    if not records:  # every instance failed (or none was asked): a row that says so
+        return {"policy": row.name, "checkpoint": str(row.checkpoint), "memory": row.memory, "per_category": {},
+                "overall": None, "task_averaged": float("nan"), "instances": 0, "memory_tokens": float("nan"),
+                "calls": float("nan"), "seconds_per_instance": float("nan")}
     scored = [Scored(q["question_id"], q["category"], q["score"], q["abstention"])
               for r in records for q in r["questions"]]
     if benchmark == "longmemeval":
         metrics = longmemeval_metrics(scored)
     elif benchmark == "locomo":
-        metrics = locomo_metrics(scored)
+        judged = [Scored(q["question_id"], q["category"], q["judge"]) for r in records for q in r["questions"]
+                  if "judge" in q]
+        metrics = locomo_metrics(scored, judged)
     else:  # MemoryAgentBench: by sub-dataset, the instance id's source
         sources = {}
         for r in records:
@@ -236,19 +252,23 @@ def _cell(m: dict | None) -> str:
 
 def markdown(benchmark: str, rows: list[dict], judge: dict | None) -> str:
     cats = categories(benchmark, rows)
-    extra = ["task-averaged", "abstention"] if benchmark == "longmemeval" else []
-    head = ["policy", "memory", *cats, "overall", *extra, "memory tokens", "calls", "s / instance", "instances"]
+    extra = {"longmemeval": ["task-averaged", "abstention"], "locomo": ["LLM judge (1-4)"] if judge else []}.get(
+        benchmark, [])
+    head = ["policy", "memory", *cats, "overall", *extra, "memory tokens", "calls", "s / instance", "instances",
+            "failed"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rows:
         cells = [r["policy"], r["memory"], *(_cell(r["per_category"].get(c)) for c in cats), _cell(r["overall"])]
-        if extra:
+        if benchmark == "longmemeval":
             cells += [f"{r['task_averaged']:.3f}", _cell(r.get("abstention"))]
+        elif extra:
+            cells.append(_cell(r.get("judge", {}).get("overall")))
         cells += [f"{r['memory_tokens']:.0f}", f"{r['calls']:.1f}", f"{r['seconds_per_instance']:.2f}",
-                  str(r["instances"])]
+                  str(r["instances"]), str(r["failed"])]
         lines.append("| " + " | ".join(cells) + " |")
     if judge:
-        lines += ["", f"Judged by {judge['model']} ({judge['endpoint']}) with {judge['prompts']}; the benchmark's "
-                      f"own figures come from {LONGMEMEVAL_JUDGE_MODEL}."]
+        lines += ["", f"Judged by {judge['model']} ({judge['endpoint']}) with {judge['prompts']}; the published "
+                      f"figures come from {judge['field_model']}."]
     return "\n".join(lines) + "\n"
 
 
@@ -289,8 +309,8 @@ def parser(benchmark: str) -> argparse.ArgumentParser:
                    help="who answers from a written memory: a checkpoint (served here), an OpenAI-compatible API "
                    "base (http://.../v1) or actor:NAME")
     p.add_argument("--answerer-model", default="default", help="the model name an --answerer endpoint serves")
-    p.add_argument("--judge", help="LongMemEval's judge: an OpenAI-compatible API base or actor:NAME (default: the "
-                   "answerer)")
+    p.add_argument("--judge", help="an LLM judge, an OpenAI-compatible API base or actor:NAME: LongMemEval's "
+                   "(default: the answerer), or on LoCoMo the added LLM-judge figure")
     p.add_argument("--judge-model", help="the model name the --judge endpoint serves (default: --answerer-model)")
     p.add_argument("--limit", type=int, help="only the file's first LIMIT instances")
     p.add_argument("--batch", type=int, default=4, help="instances asked at once (and appended together)")
@@ -324,7 +344,8 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
         p.error("two --policy rows share a name; each row keeps its results under its own")
     instances = load_benchmark(benchmark, args.data)  # the questions; each env cuts the chunks in its own tokens
     instances = instances[: args.limit] if args.limit else instances
-    judged = any(q.category in LONGMEMEVAL_TYPES for i in instances for q in i.questions)
+    judged = benchmark == "locomo" and args.judge is not None or any(
+        q.category in LONGMEMEVAL_TYPES for i in instances for q in i.questions)
     init_ray(0)
     answerer, server = args.answerer, None
     needs_answerer = any(r.memory in WRITTEN for r in rows) or (judged and args.judge is None)
@@ -336,7 +357,7 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
     judge_model = args.judge_model or args.answerer_model
     judge_record = None if judge is None else {
         "endpoint": judge, "model": judge_model if judge.startswith("http") else args.judge or args.answerer,
-        "prompts": "LongMemEval's src/evaluation/evaluate_qa.py", "sampling": LONGMEMEVAL_JUDGE_SAMPLING}
+        **(JUDGES["locomo"] if benchmark == "locomo" else JUDGES["longmemeval"])}
     out = args.out / benchmark
     out.mkdir(parents=True, exist_ok=True)
     table = []
@@ -347,7 +368,11 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
         path = out / f"{row.slug}.jsonl"
         run_row(benchmark, instances, row, config, path, args.engine, max_tokens, args.batch, args.seed)
         records = [r for i, r in sorted(finished(path).items()) if i < len(instances)]
-        table.append(figures(benchmark, row, records))
+        failures = [r for i, r in sorted(finished(path, failed=True).items()) if i < len(instances)]
+        for r in failures[:1]:
+            print(f"{row.name}: {len(failures)} instances failed and are not scored (asked again on the next run); "
+                  f"the first: {r['failure']}")
+        table.append({**figures(benchmark, row, records), "failed": len(failures)})
     text = markdown(benchmark, table, judge_record)
     budgets = budget_table([(r.name, r.checkpoint) for r in rows])
     result = {"benchmark": benchmark, "data": str(args.data), "judge": judge_record, "rows": table}

@@ -27,6 +27,7 @@ def test_a_line_cut_short_by_a_stop_and_a_failed_instance_are_asked_again(tmp_pa
                     + json.dumps({"instance": 1, "failure": "answerer: down", "questions": []}) + "\n"
                     + '{"instance": 2, "fail')
     assert sorted(finished(path)) == [0]
+    assert list(finished(path, failed=True)) == [1]  # counted in the table as failed until a run finishes it
 
 
 def _write(tmp_path, benchmark_records):
@@ -98,7 +99,13 @@ def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(ra
 @pytest.mark.slow
 def test_the_answerer_may_be_vllms_openai_server(ray_session, tmp_path, benchmark_records, vllm_chat_server):
     locomo, _, _ = _write(tmp_path, benchmark_records)
+    # The server answers from the MemAgent warm-start's memory, and judges as Mem0's LoCoMo judge.
     (row,) = benchmark_eval.run("locomo", ["--data", str(locomo), "--engine", "torch", "--memory", "memagent",
                                            "--answerer", vllm_chat_server, "--answerer-model", "tiny",
+                                           "--judge", vllm_chat_server, "--judge-model", "tiny",
                                            "--out", str(tmp_path / "out")])
     assert row["instances"] == 2 and row["overall"]["n"] == 4 and row["calls"] == 1.5
+    assert row["judge"]["overall"]["n"] == 3  # the adversarial question is not judged
+    result = json.loads((tmp_path / "out" / "locomo.json").read_text())
+    assert result["judge"]["model"] == "tiny" and result["judge"]["field_model"] == "gpt-4o-mini"
+    assert "| LLM judge (1-4) |" in (tmp_path / "out" / "locomo.md").read_text()
