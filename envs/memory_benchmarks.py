@@ -340,6 +340,56 @@ LOCOMO_NOT_MENTIONED = "Not mentioned in the conversation"
 """The option LoCoMo's evaluation offers beside the adversarial answer of a category-5 question."""
 
 
+MAB_QUERY_TEMPLATES = {
+    "ruler_qa": (
+        'Answer the question based on the memorized documents. Only give me the answer and do not output'
+        ' any other words. \n\nQuestion: {question} \n\n Answer:',
+        'Answer the question based on the memorized documents. Only give me the answer and do not output'
+        ' any other words. \n\n Now Answer the Question: {question}'),
+    "longmemeval": (
+        'The history chats are between you and a user. Based on the relevant chat history, answer the'
+        ' question as concisely as you can, using a single phrase if possible.\n\n {question} \n\n Answer:',),
+    "eventqa": (
+        'Based on the context you memorized, complete the task below:\n\n{question}\n\n The event that'
+        ' happens next is:',),
+    "in_context_learning": (
+        'Use the provided mapping from the context to numerical label to assign a numerical label to the'
+        ' context. Only output "label: {{label}}" and nothing else. \n\n{question} \n\n label:',
+        'Use the provided mapping from the context to numerical label to assign a numerical label to the'
+        ' context. Only output "label: {{label}}" and nothing else. \n\nQuestion:{question} \n\n label:'),
+    "recsys_redial": (
+        'Pretend you are a movie recommender system. You need to recommend movies based on the dialogues'
+        ' you have memorized. Now I will give you a new conversation between a user and you (a recommender'
+        ' system). Based on the conversation, you reply me with 20 recommendations without extra sentences.'
+        ' \n\nFor Example:\n\n[Conversation]\n\nThe recommendations are: \n1.movie1\n2.movie2\n...\n\n Here'
+        ' is the conversation: {question} \n\n The recommendations are: \n',),
+    "infbench_sum": (
+        'You are given a book above and you are tasked to summarize it. \n\n{question} \n\n Now summarize'
+        ' the book.',),
+    "detective_qa": (
+        'Based on the context you memorized, answer the question below. You are required to answer the'
+        ' question based on the strict output format.\n\n {question} \n\n',),
+    "factconsolidation": (
+        'Pretend you are a knowledge management system. Each fact in the knowledge pool is provided with a'
+        ' serial number at the beginning, and the newer fact has larger serial number. \n You need to solve'
+        ' the conflicts of facts in the knowledge pool by finding the newest fact with larger serial'
+        ' number. You need to answer a question based on this rule. You should give a very concise answer'
+        ' without saying other words for the question **only** from the knowledge pool you have memorized'
+        ' rather than the real facts in real world. \n\nFor example:\n\n [Knowledge Pool] \n\n Question:'
+        ' Based on the provided Knowledge Pool, what is the name of the current president of Russia?'
+        ' \nAnswer: Donald Trump \n\n Now Answer the Question: Based on the provided Knowledge Pool,'
+        ' {question} \nAnswer:',),
+}
+"""MemoryAgentBench's question templates (utils/templates.py, BASE_TEMPLATES[...]["query"]) by its dataset kind: the
+long-context agent's wording, and the RAG agent's where it differs. `{question}` is the question."""
+MAB_DATASET_KINDS = ((("ruler_", "qa"), "ruler_qa"), (("icl_",), "in_context_learning"),
+                     (("infbench_", "sum"), "infbench_sum"), (("eventqa_",), "eventqa"),
+                     (("recsys_", "redial"), "recsys_redial"), (("longmemeval_",), "longmemeval"),
+                     (("factconsolidation_",), "factconsolidation"), (("detective_", "qa"), "detective_qa"))
+"""Which template a sub-dataset takes: the first kind all of whose name parts its source contains (the repository's
+DATASET_MAPPING)."""
+
+
 def chunk_text(benchmark: str, chunk: BenchmarkChunk, index: int) -> str:
     """Chunk `index` of a stream as the benchmark's own answer prompt lays out its history: LongMemEval's
     "### Session <n>:" block with its date (run_generation.py, the "nl" format), LoCoMo's "DATE: ...\\nCONVERSATION:"
@@ -362,10 +412,21 @@ def locomo_options(question: BenchmarkQuestion) -> dict[str, str]:
     return {"a": LOCOMO_NOT_MENTIONED, "b": wrong} if first else {"a": wrong, "b": LOCOMO_NOT_MENTIONED}
 
 
-def question_text(benchmark: str, question: BenchmarkQuestion) -> str:
-    """The question as the benchmark's own pipeline asks it: LongMemEval's "Current Date: ...\\nQuestion: ...";
+def mab_dataset_kind(source: str) -> str:
+    """The kind of MemoryAgentBench sub-dataset `source` is (MAB_DATASET_KINDS), which picks its question template."""
+    for parts, kind in MAB_DATASET_KINDS:
+        if all(part in source for part in parts):
+            return kind
+    raise ValueError(f"MemoryAgentBench has no question template for source {source!r}; known kinds: "
+                     f"{', '.join(kind for _, kind in MAB_DATASET_KINDS)}")
+
+
+def question_text(benchmark: str, question: BenchmarkQuestion, source: str = "", reader: str = "long_context") -> str:
+    """The question as the benchmark's own pipeline asks it: LongMemEval's "Current Date: ...\nQuestion: ...";
     LoCoMo's temporal questions (category 2) ask for an approximate date from the conversations' dates, its
-    adversarial ones (5) offer two options (`locomo_options`); MemoryAgentBench's questions as they are."""
+    adversarial ones (5) offer two options (`locomo_options`); MemoryAgentBench's in its template for sub-dataset
+    `source`, the RAG agent's wording when `reader` is "rag" and the long-context agent's otherwise (a memory read
+    in context)."""
     if benchmark == "longmemeval":
         return f"Current Date: {question.date}\nQuestion: {question.question}"
     if benchmark == "locomo":
@@ -376,5 +437,6 @@ def question_text(benchmark: str, question: BenchmarkQuestion) -> str:
             return question.question + f" Select the correct answer: (a) {options['a']} (b) {options['b']}. "
         return question.question
     if benchmark == "memoryagentbench":
-        return question.question
+        templates = MAB_QUERY_TEMPLATES[mab_dataset_kind(source)]
+        return (templates[-1] if reader == "rag" else templates[0]).format(question=question.question)
     raise ValueError(f"unknown benchmark {benchmark!r}; allowed: {', '.join(BENCHMARKS)}")

@@ -241,7 +241,8 @@ class MemoryStoreEnv(gym.Env):
             self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
         if config.data == "benchmark":
             self._instances = self._load_benchmark(config)
-            self._file_tasks = [benchmark_task(config.benchmark, instance) for instance in self._instances]
+            reader = "rag" if config.memory == "context" and config.context_top_k else "long_context"
+            self._file_tasks = [benchmark_task(config.benchmark, instance, reader) for instance in self._instances]
         from memrl_envs.chunk_stream import TokenCounter
 
         self._counter = TokenCounter(config.tokenizer_path)
@@ -529,11 +530,13 @@ class MemoryStoreEnv(gym.Env):
         (path / f"{name}-{self._seed}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False))
 
 
-def benchmark_task(benchmark: str, instance: BenchmarkInstance) -> MemoryTask:
-    """A benchmark instance as the env's task: its chunks and questions worded as the benchmark shows them, its data
-    source the benchmark's name (MemoryAgentBench: the row's sub-dataset, which picks the metric)."""
+def benchmark_task(benchmark: str, instance: BenchmarkInstance, reader: str = "long_context") -> MemoryTask:
+    """A benchmark instance as the env's task: its chunks and questions worded as the benchmark shows them (to a RAG
+    `reader`, or one that reads its memory or the chunks in context), its data source the benchmark's name
+    (MemoryAgentBench: the row's sub-dataset, which picks the metric and the question's template)."""
     source = instance.instance_id.rsplit("#", 1)[0] if benchmark == "memoryagentbench" else benchmark
     chunks = tuple(chunk_text(benchmark, c, i) for i, c in enumerate(instance.chunks))
-    questions = tuple(MemoryQuestion(question_text(benchmark, q), q.answers) for q in instance.questions)
+    questions = tuple(MemoryQuestion(question_text(benchmark, q, source, reader), q.answers)
+                      for q in instance.questions)
     return MemoryTask(instance_id=instance.instance_id, prompt="", chunks=chunks, questions=questions,
                       data_source=source)

@@ -170,3 +170,21 @@ def test_chunks_are_shown_as_each_benchmarks_answer_prompt_lays_out_its_history(
     assert chunk_text("memoryagentbench", BenchmarkChunk("Some text."), 5) == "Some text."
     with pytest.raises(ValueError, match="unknown benchmark 'lme'"):
         chunk_text("lme", chunk, 0)
+
+
+def test_memoryagentbench_questions_are_asked_in_the_template_of_their_sub_dataset():
+    from memrl_envs.memory_benchmarks import question_text
+
+    q = BenchmarkQuestion("q-0", "Where is Ghost based?", ("New York",))
+    long_context = question_text("memoryagentbench", q, "ruler_qa1_197K")
+    assert long_context.startswith("Answer the question based on the memorized documents. Only give me the answer")
+    assert long_context.endswith("\n\nQuestion: Where is Ghost based? \n\n Answer:")
+    assert question_text("memoryagentbench", q, "ruler_qa1_197K", reader="rag").endswith(
+        "\n\n Now Answer the Question: Where is Ghost based?")
+    label = question_text("memoryagentbench", BenchmarkQuestion("i", "bank card lost", ("3",)),
+                          "icl_banking77_5900shot_balance")
+    assert 'Only output "label: {label}" and nothing else. \n\nbank card lost \n\n label:' in label
+    assert "Based on the provided Knowledge Pool, Where is Ghost based? \nAnswer:" in question_text(
+        "memoryagentbench", q, "factconsolidation_sh_6k")
+    with pytest.raises(ValueError, match="no question template for source 'booksum'"):
+        question_text("memoryagentbench", q, "booksum")
