@@ -193,26 +193,27 @@ def locomo_score(prediction: str, gold: str, category: int) -> float:
 
 
 LOCOMO_JUDGE_MODEL = "gpt-4o-mini"
-"""The judge of the LLM-judge figures the field reports on LoCoMo (Mem0's evaluation, evaluation/metrics/llm_judge.py)."""
+"""The judge of the LLM-judge figures the field reports on LoCoMo (Mem0's evaluation/metrics/llm_judge.py)."""
 LOCOMO_JUDGE_SAMPLING = {"temperature": 0.0, "max_tokens": 512}
 """How that judge is asked: greedy (Mem0 also asks for a JSON object; its length is not capped there)."""
 _LOCOMO_JUDGE_PROMPT = (
-    "\nYour task is to label an answer to a question as \u2019CORRECT\u2019 or \u2019WRONG\u2019. You will be given the "
-    "following data:\n    (1) a question (posed by one user to another user), \n    (2) a \u2019gold\u2019 (ground truth) "
-    "answer, \n    (3) a generated answer\nwhich you will score as CORRECT/WRONG.\n\nThe point of the question is to ask "
-    "about something one user should know about the other user based on their prior conversations.\nThe gold answer "
-    "will usually be a concise and short answer that includes the referenced topic, for example:\nQuestion: Do you "
-    "remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace\nThe generated answer might be "
-    "much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold "
-    "answer, it should be counted as CORRECT. \n\nFor time related questions, the gold answer will be a specific date, "
-    "month, year, etc. The generated answer might be much longer or use relative time references (like \"last "
-    "Tuesday\" or \"next month\"), but you should be generous with your grading - as long as it refers to the same date "
-    "or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., \"May 7th\" "
-    "vs \"7 May\"), consider it CORRECT if it's the same date.\n\nNow it's time for the real question:\nQuestion: "
+    "\nYour task is to label an answer to a question as \u2019CORRECT\u2019 or \u2019WRONG\u2019. You will be "
+    "given the following data:\n    (1) a question (posed by one user to another user), \n    (2) a "
+    "\u2019gold\u2019 (ground truth) answer, \n    (3) a generated answer\nwhich you will score as "
+    "CORRECT/WRONG.\n\nThe point of the question is to ask about something one user should know about the other "
+    "user based on their prior conversations.\nThe gold answer will usually be a concise and short answer that "
+    "includes the referenced topic, for example:\nQuestion: Do you remember what I got the last time I went to "
+    "Hawaii?\nGold answer: A shell necklace\nThe generated answer might be much longer, but you should be generous "
+    "with your grading - as long as it touches on the same topic as the gold answer, it should be counted as "
+    "CORRECT. \n\nFor time related questions, the gold answer will be a specific date, month, year, etc. The "
+    "generated answer might be much longer or use relative time references (like \"last Tuesday\" or \"next "
+    "month\"), but you should be generous with your grading - as long as it refers to the same date or time period "
+    "as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., \"May 7th\" vs \"7 "
+    "May\"), consider it CORRECT if it's the same date.\n\nNow it's time for the real question:\nQuestion: "
     "{question}\nGold answer: {gold_answer}\nGenerated answer: {generated_answer}\n\nFirst, provide a short (one "
     "sentence) explanation of your reasoning, then finish with CORRECT or WRONG. \nDo NOT include both CORRECT and "
-    "WRONG in your response, or it will break the evaluation script.\n\nJust return the label CORRECT or WRONG in a json "
-    "format with the key as \"label\".\n")
+    "WRONG in your response, or it will break the evaluation script.\n\nJust return the label CORRECT or WRONG in "
+    "a json format with the key as \"label\".\n")
 _FENCED_JSON = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.S)
 
 
@@ -406,11 +407,12 @@ def locomo_reply(question, reply: str) -> str:
 
 
 def score_question(benchmark: str, question, reply: str, source: str = "",
-                   judge: Callable[[str], str] | None = None) -> float:
+                   judge: Callable[[str], str] | None = None, entity_ids: dict[str, int] | None = None) -> float:
     """The score the benchmark reports for `reply` to `question` (a memrl_envs.memory_benchmarks.BenchmarkQuestion):
     LongMemEval's judge verdict, LoCoMo's category score, MemoryAgentBench's reported metric for sub-dataset
     `source`. `judge(prompt)` returns the judge model's reply to one user message (asked with
-    LONGMEMEVAL_JUDGE_SAMPLING); LongMemEval questions, and MemoryAgentBench's LongMemEval rows, need it."""
+    LONGMEMEVAL_JUDGE_SAMPLING); LongMemEval questions, and MemoryAgentBench's LongMemEval rows, need it.
+    `entity_ids` is MemoryAgentBench's movie catalogue (entity2id.json), which its recommendation rows need."""
 
     def judged(category) -> float:
         if judge is None:
@@ -428,7 +430,7 @@ def score_question(benchmark: str, question, reply: str, source: str = "",
         metric = reported_metric(source)
         if metric == "judge" and "longmemeval" in source:
             return judged(question.category)
-        scores = mab_score(reply, question.answers, source)
+        scores = mab_score(reply, question.answers, source, entity_ids=entity_ids)
         if metric not in scores:
             raise ValueError(f"MemoryAgentBench reports {source!r} by {metric}, which memrl does not compute (the "
                              "authors' HELMET judge); leave this sub-dataset out or score it with their script")

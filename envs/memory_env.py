@@ -91,8 +91,9 @@ MEMORY_MODES = ("tools", "text", "context")
 memory, each question is answered from the chunks themselves."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (memory_answer)."""
-FIXED_OPTIONS = ("data", "data_path", "benchmark", "chunk_tokens", "tokenizer_path", "answerer", "answerer_model",
-                 "answerer_timeout_s", "answerer_retries", "judge", "answer_judge", "answer_judge_model")
+FIXED_OPTIONS = ("data", "data_path", "benchmark", "entity_ids_path", "chunk_tokens", "tokenizer_path", "answerer",
+                 "answerer_model", "answerer_timeout_s", "answerer_retries", "judge", "answer_judge",
+                 "answer_judge_model")
 """Options set once per env (they load files or reach the answerer): reset options may change any other."""
 
 
@@ -109,6 +110,9 @@ class MemoryStoreConfig:
     file's instances."""
     benchmark: str | None = None
     """data='benchmark': which benchmark's file data_path is, one of memrl_envs.memory_benchmarks.BENCHMARKS."""
+    entity_ids_path: str | None = None
+    """data='benchmark': MemoryAgentBench's movie catalogue (processed_data/Recsys_Redial/entity2id.json), which
+    scores its recommendation rows."""
     chunk_tokens: int = 2048
     """MemoryAgentBench rows: their context is cut into chunks of at most this many tokens."""
     tokenizer_path: str | None = None
@@ -241,8 +245,14 @@ class MemoryStoreEnv(gym.Env):
             self._file_tasks = load_memory_tasks(config.data_path, config.chunk_tokens, config.tokenizer_path)
         if config.data == "benchmark":
             self._instances = self._load_benchmark(config)
+            self._entity_ids = (json.loads(Path(config.entity_ids_path).read_text(encoding="utf-8"))
+                                if config.entity_ids_path else None)
             reader = "rag" if config.memory == "context" and config.context_top_k else "long_context"
             self._file_tasks = [benchmark_task(config.benchmark, instance, reader) for instance in self._instances]
+            recsys = sorted({t.data_source for t in self._file_tasks if "recsys" in t.data_source})
+            if recsys and self._entity_ids is None:
+                raise ValueError(f"MemoryStoreEnv: {config.data_path} holds rows of {recsys}, scored against the "
+                                 f"benchmark's movie catalogue; give entity_ids_path (its entity2id.json)")
         from memrl_envs.chunk_stream import TokenCounter
 
         self._counter = TokenCounter(config.tokenizer_path)
@@ -431,7 +441,7 @@ class MemoryStoreEnv(gym.Env):
                 if config.data == "benchmark":
                     instance = self._instances[self._seed % len(self._instances)]
                     judge = self._judge_reply if self.answer_judge is not None else None
-                    scores = [score_question(config.benchmark, q, a, task.data_source, judge)
+                    scores = [score_question(config.benchmark, q, a, task.data_source, judge, self._entity_ids)
                               for a, q in zip(answers, instance.questions)]
                     info["questions"] = [{"question_id": q.question_id, "category": q.category,
                                           "abstention": q.abstention, "score": score}

@@ -433,3 +433,21 @@ def test_locomo_answers_also_get_the_llm_judges_label_when_a_judge_is_given(tmp_
     assert [q.get("judge") for q in info["questions"]] == [1.0, 0.0, None]  # adversarial questions are not judged
     assert info["metrics"]["question_judge_0"] == 1.0 and "question_judge_2" not in info["metrics"]
     assert [b["model"] for b in _LocomoJudge.calls] == ["j", "j"] and _LocomoJudge.calls[0]["max_tokens"] == 512
+
+
+def test_memoryagentbench_recommendation_rows_are_scored_against_the_catalogue_given(tmp_path):
+    row = {"context": "User: I loved Heat. Recommender: Try Alien.", "questions": ["User: something scary?"],
+           "answers": [["5", "4"]], "metadata": {"source": "recsys_redial_full"}}
+    data = tmp_path / "Test_Time_Learning.json"
+    data.write_text(json.dumps([row]))
+    catalogue = tmp_path / "entity2id.json"
+    catalogue.write_text(json.dumps({"<http://dbpedia.org/resource/Heat_(1995)>": 4, "Alien_(1979)": 5, "Up": 1}))
+    env = MemoryStoreEnv(data="benchmark", benchmark="memoryagentbench", data_path=str(data), memory="context",
+                         answerer="policy", entity_ids_path=str(catalogue))
+    chats, info = _answer_all(env, ["Here you go:\n1. Alien\n2. Up\n3. Heat"])
+    assert "Pretend you are a movie recommender system." in chats[0][1]["content"]
+    assert info["questions"][0]["score"] == 1.0  # Recall@5: both gold movies in the first five
+    with pytest.raises(ValueError, match=r"\['recsys_redial_full'\], scored against the benchmark's movie catalogue; "
+                                         r"give entity_ids_path"):
+        MemoryStoreEnv(data="benchmark", benchmark="memoryagentbench", data_path=str(data), memory="context",
+                       answerer="policy")

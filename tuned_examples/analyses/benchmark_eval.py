@@ -312,6 +312,8 @@ def parser(benchmark: str) -> argparse.ArgumentParser:
     p.add_argument("--judge", help="an LLM judge, an OpenAI-compatible API base or actor:NAME: LongMemEval's "
                    "(default: the answerer), or on LoCoMo the added LLM-judge figure")
     p.add_argument("--judge-model", help="the model name the --judge endpoint serves (default: --answerer-model)")
+    p.add_argument("--recsys-entities", type=Path, help="MemoryAgentBench: its movie catalogue, processed_data/"
+                   "Recsys_Redial/entity2id.json, which scores the recommendation rows")
     p.add_argument("--limit", type=int, help="only the file's first LIMIT instances")
     p.add_argument("--batch", type=int, default=4, help="instances asked at once (and appended together)")
     p.add_argument("--context-tokens", type=int, default=LONG_CONTEXT_TOKENS, help="the long-context row's window")
@@ -333,6 +335,8 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     if not args.data.is_file():
         p.error(f"--data {args.data} is not a file")
+    if args.recsys_entities and not args.recsys_entities.is_file():
+        p.error(f"--recsys-entities {args.recsys_entities} is not a file")
     for name in ("limit", "batch", "context_tokens", "chunk_tokens", "max_tokens", "answer_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -364,6 +368,8 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
     for row in rows:
         config = env_config(benchmark, args.data, row, answerer, args.answerer_model, judge, judge_model,
                             args.context_tokens, args.chunk_tokens)
+        if args.recsys_entities:
+            config["entity_ids_path"] = str(args.recsys_entities)
         max_tokens = args.max_tokens if row.memory in WRITTEN else args.answer_tokens
         path = out / f"{row.slug}.jsonl"
         run_row(benchmark, instances, row, config, path, args.engine, max_tokens, args.batch, args.seed)
