@@ -38,6 +38,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import ray
 from tqdm import tqdm
 
 import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
@@ -187,8 +188,6 @@ def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engin
                 bar.update(len(indices))
     finally:
         group.shutdown()
-        import ray
-
         ray.kill(actor)
 
 
