@@ -161,9 +161,10 @@ def _append(path: Path, records: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engine: str, max_tokens: int,
+def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engine_of, max_tokens: int,
             batch: int, seed: int) -> None:
-    """Asks the row's unfinished instances, `batch` at a time, appending each batch's records to `path`."""
+    """Asks the row's unfinished instances, `batch` at a time, appending each batch's records to `path`;
+    `engine_of(checkpoint)` gives the engine actor serving the row's policy (rows of one checkpoint share it)."""
     done = finished(path)
     pending = [i for i in range(len(instances)) if i not in done]
     if not pending:
@@ -173,8 +174,7 @@ def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engin
                          workflow_config=workflow_config, tokenizer_path=str(row.checkpoint),
                          sampling=SamplingConfig(max_tokens=max_tokens, temperature=0.0), num_envs=batch,
                          max_calls=4096, continuous_batching=False, faults=FaultToleranceConfig())
-    actor = start_engine(str(row.checkpoint), engine, seed=seed)
-    group = EnvRunnerGroup(spec, [actor], 0)
+    group = EnvRunnerGroup(spec, [engine_of(row.checkpoint)], 0)
     try:
         with tqdm(total=len(instances), initial=len(done), desc=f"{benchmark} {row.name}", unit="instance") as bar:
             for start in range(0, len(pending), batch):
@@ -188,7 +188,6 @@ def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engin
                 bar.update(len(indices))
     finally:
         group.shutdown()
-        ray.kill(actor)
 
 
 def record(instance, index: int, trajectory, seconds: float) -> dict:
@@ -296,6 +295,24 @@ def plot(benchmark: str, rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def run_and_summarise(benchmark: str, instances, row: Row, args: argparse.Namespace, answerer: str,
+                      judge: str | None, judge_model: str, out: Path, engine_of) -> dict:
+    """One row: its unfinished instances asked (run_row), then its line of the table from everything it finished."""
+    config = env_config(benchmark, args.data, row, answerer, args.answerer_model, judge, judge_model,
+                        args.context_tokens, args.chunk_tokens)
+    if args.recsys_entities:
+        config["entity_ids_path"] = str(args.recsys_entities)
+    max_tokens = args.max_tokens if row.memory in WRITTEN else args.answer_tokens
+    path = out / f"{row.slug}.jsonl"
+    run_row(benchmark, instances, row, config, path, engine_of, max_tokens, args.batch, args.seed)
+    records = [r for i, r in sorted(finished(path).items()) if i < len(instances)]
+    failures = [r for i, r in sorted(finished(path, failed=True).items()) if i < len(instances)]
+    for r in failures[:1]:
+        print(f"{row.name}: {len(failures)} instances failed and are not scored (asked again on the next run); "
+              f"the first: {r['failure']}")
+    return {**figures(benchmark, row, records), "failed": len(failures)}
+
+
 def parser(benchmark: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"memrl eval {benchmark}", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -363,21 +380,19 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
         **(JUDGES["locomo"] if benchmark == "locomo" else JUDGES["longmemeval"])}
     out = args.out / benchmark
     out.mkdir(parents=True, exist_ok=True)
-    table = []
-    for row in rows:
-        config = env_config(benchmark, args.data, row, answerer, args.answerer_model, judge, judge_model,
-                            args.context_tokens, args.chunk_tokens)
-        if args.recsys_entities:
-            config["entity_ids_path"] = str(args.recsys_entities)
-        max_tokens = args.max_tokens if row.memory in WRITTEN else args.answer_tokens
-        path = out / f"{row.slug}.jsonl"
-        run_row(benchmark, instances, row, config, path, args.engine, max_tokens, args.batch, args.seed)
-        records = [r for i, r in sorted(finished(path).items()) if i < len(instances)]
-        failures = [r for i, r in sorted(finished(path, failed=True).items()) if i < len(instances)]
-        for r in failures[:1]:
-            print(f"{row.name}: {len(failures)} instances failed and are not scored (asked again on the next run); "
-                  f"the first: {r['failure']}")
-        table.append({**figures(benchmark, row, records), "failed": len(failures)})
+    table, engines = [], {}
+
+    def engine_of(checkpoint: Path):
+        if checkpoint not in engines:
+            engines[checkpoint] = start_engine(str(checkpoint), args.engine, seed=args.seed)
+        return engines[checkpoint]
+
+    try:
+        table = [run_and_summarise(benchmark, instances, row, args, answerer, judge, judge_model, out, engine_of)
+                 for row in rows]
+    finally:
+        for actor in engines.values():
+            ray.kill(actor)
     text = markdown(benchmark, table, judge_record)
     budgets = budget_table([(r.name, r.checkpoint) for r in rows])
     result = {"benchmark": benchmark, "data": str(args.data), "judge": judge_record, "rows": table}

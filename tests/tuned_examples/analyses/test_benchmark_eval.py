@@ -10,6 +10,7 @@ import pytest
 
 from memrl_tuned_examples.analyses import benchmark_eval
 from memrl_tuned_examples.analyses.benchmark_eval import MEMORIES, Row, finished, row_arg
+from memrl_tuned_examples.tasks.memalpha import ANSWERER, ANSWERER_CHECKPOINT, start_answerer
 
 
 def test_rows_are_named_checkpoints_with_a_memory_and_bad_ones_are_named():
@@ -41,14 +42,22 @@ def _write(tmp_path, benchmark_records):
     return locomo, lme, mab
 
 
+@pytest.fixture
+def shipped_answerer(ray_session):
+    """The shipped CPU answerer as its named actor, one for every run of a test."""
+    actor = start_answerer(ANSWERER_CHECKPOINT)
+    yield f"actor:{ANSWERER}"
+    ray_session.kill(actor)
+
+
 @pytest.mark.slow
-def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(ray_session, tmp_path,
-                                                                              benchmark_records, monkeypatch):
+def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(tmp_path, benchmark_records,
+                                                                              monkeypatch, shipped_answerer):
     locomo, lme, mab = _write(tmp_path, benchmark_records)
     out = tmp_path / "out"
+    common = ["--engine", "torch", "--answerer", shipped_answerer, "--out", str(out)]
     # LoCoMo, every memory with its shipped CPU policy, one conversation at a time.
-    rows = benchmark_eval.run("locomo", ["--data", str(locomo), "--engine", "torch", "--batch", "1",
-                                          "--out", str(out)])
+    rows = benchmark_eval.run("locomo", ["--data", str(locomo), "--batch", "1", *common])
     assert [r["memory"] for r in rows] == list(MEMORIES)
     for row in rows:
         assert row["instances"] == 2 and row["overall"]["n"] == 4  # 3 + 1 questions
@@ -65,8 +74,7 @@ def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(ra
     assert json.loads((out / "locomo.json").read_text())["judge"] is None
 
     # LongMemEval's questions are judged: here by the shipped CPU answerer, recorded with the result.
-    rows = benchmark_eval.run("longmemeval", ["--data", str(lme), "--engine", "torch", "--memory", "long_context",
-                                               "--out", str(out)])
+    rows = benchmark_eval.run("longmemeval", ["--data", str(lme), "--memory", "long_context", *common])
     (row,) = rows
     assert set(row["per_category"]) == {"temporal-reasoning", "single-session-user"}
     assert row["abstention"]["n"] == 1 and 0 <= row["task_averaged"] <= 1
@@ -87,7 +95,7 @@ def test_each_benchmark_scores_the_shipped_policies_and_a_stopped_run_resumes(ra
 
     stopped = []
     monkeypatch.setattr(benchmark_eval.EnvRunnerGroup, "sample", sample)
-    argv = ["--data", str(mab), "--engine", "torch", "--memory", "rag", "--batch", "1", "--out", str(out)]
+    argv = ["--data", str(mab), "--memory", "rag", "--batch", "1", *common]
     with pytest.raises(KeyboardInterrupt):
         benchmark_eval.run("memoryagentbench", argv)
     assert sorted(finished(out / "memoryagentbench" / "RAG-top2_answerer.jsonl")) == [0]
