@@ -1,4 +1,5 @@
-"""The answerer's prompt and the HTTP answerer, the latter against vLLM's own OpenAI-compatible server on loopback."""
+"""The answerer's prompt and the HTTP answerer against loopback servers that fail as real ones do (vLLM's own
+OpenAI-compatible server is met in tests/tuned_examples/analyses/test_benchmark_eval.py)."""
 
 import json
 import time
@@ -16,7 +17,6 @@ from memrl_envs.memory_answer import (
     parse_verdict,
     render_memory,
 )
-from memrl_envs.memory_env import MemoryStoreEnv
 from memrl_envs.memory_store import MemoryStore
 
 
@@ -117,22 +117,6 @@ def test_the_http_answerer_retries_what_may_pass_and_keeps_its_deadline(serve_ht
                                                   r"answerer_timeout_s"):
             HTTPAnswerer(url, "m", retries=0, timeout_s=1).answer([[{"role": "user", "content": late}]])
         assert time.monotonic() - start < 5
-
-
-@pytest.mark.slow
-def test_http_answerer_against_vllms_openai_server(vllm_chat_server):
-    answerer = HTTPAnswerer(vllm_chat_server, "tiny", temperature=0.0, max_tokens=8, timeout_s=30)
-    chats = [answer_messages("<core_memory>\nKema works for Quovex.\n</core_memory>", q, "squad")
-             for q in ("Where does Kema work?", "Who works for Quovex?")]
-    replies = answerer.answer(chats)
-    assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
-    assert replies == answerer.answer(chats)  # greedy
-    with pytest.raises(RuntimeError, match="HTTP 404"):
-        HTTPAnswerer(vllm_chat_server, "no-such-model", max_tokens=4).answer(chats[:1])
-    memory_env = MemoryStoreEnv(num_chunks=1, num_questions=2, answerer=vllm_chat_server, answerer_model="tiny")
-    memory_env.reset(seed=0)
-    *_, terminated, _, info = memory_env.step("nothing")
-    assert terminated and len(info["answers"]) == 2 and "r_acc" in info["metrics"]
 
 
 def test_items_that_share_no_word_with_the_question_fill_the_list_in_stored_order():
