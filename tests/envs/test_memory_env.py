@@ -16,15 +16,17 @@ FACT = ('\u273fFUNCTION\u273f: new_memory_insert\n'
 
 class _Reader(BaseHTTPRequestHandler):
     """An OpenAI-compatible chat endpoint whose 'model' answers with the memory it was shown: the questions a memory
-    holds are answered right, the others wrong."""
+    holds are answered right, the others wrong. Subclasses answer otherwise (`reply`); each keeps its requests."""
 
     calls = []
+
+    def reply(self, body: dict) -> str:
+        return body["messages"][0]["content"]
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).calls.append((self.path, body))
-        memory = body["messages"][0]["content"]
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": memory}}]}).encode()
+        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": self.reply(body)}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -292,18 +294,10 @@ class _Judge(_Reader):
 
     calls = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls.append((self.path, body))
+    def reply(self, body: dict) -> str:
         prompt = body["messages"][-1]["content"]
         response = prompt.split("Model Response: ", 1)[1].split("\n\nIs the model response correct?")[0]
-        data = json.dumps({"choices": [{"message": {"content": "<think>no idea yet</think>Yes." if "Quovex" in
-                                                    response else "No."}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        return "<think>no idea yet</think>Yes." if "Quovex" in response else "No."
 
 
 def test_longmemeval_rows_are_scored_by_the_judge_with_its_prompt_and_need_one(serve_http, tmp_path):
@@ -333,24 +327,13 @@ def test_longmemeval_rows_are_scored_by_the_judge_with_its_prompt_and_need_one(s
         MemoryStoreEnv.check_options({"answer_judge": "ftp://x"})
 
 
-class _BenchmarkJudge(BaseHTTPRequestHandler):
+class _BenchmarkJudge(_Reader):
     """LongMemEval's judge as an endpoint: "yes" when the response under judgment says three days."""
 
     calls = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls.append(body)
-        verdict = "Yes" if "Model Response: 3 days" in body["messages"][0]["content"] else "No"
-        data = json.dumps({"choices": [{"message": {"content": verdict}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+    def reply(self, body: dict) -> str:
+        return "Yes" if "Model Response: 3 days" in body["messages"][0]["content"] else "No"
 
 
 def _answer_all(env, replies, seed=0):
@@ -396,32 +379,21 @@ def test_benchmark_files_are_shown_and_scored_as_each_benchmark_does(tmp_path, b
         assert "### Session 2:\nSession Date: 2023/05/24 (Wed) 10:05" in chats[0][0]["content"]
         assert info["questions"] == [{"question_id": "7a3c51e2", "category": "temporal-reasoning",
                                       "abstention": False, "score": score}]
-        (body,) = _BenchmarkJudge.calls
+        ((_, body),) = _BenchmarkJudge.calls
         assert body["temperature"] == 0.0 and body["max_tokens"] == 10  # as LongMemEval asks its judge
         assert "do not penalize off-by-one errors" in body["messages"][0]["content"]
     with pytest.raises(ValueError, match="data='benchmark' needs benchmark"):
         MemoryStoreEnv(data="benchmark", data_path=str(lme))
 
 
-class _LocomoJudge(BaseHTTPRequestHandler):
+class _LocomoJudge(_Reader):
     """Mem0's LoCoMo judge as an endpoint: CORRECT when the generated answer is "pottery class"."""
 
     calls = []
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls.append(body)
+    def reply(self, body: dict) -> str:
         right = "Generated answer: pottery class\n" in body["messages"][0]["content"]
-        reply = 'Same activity. ```json\n{"label": "%s"}\n```' % ("CORRECT" if right else "WRONG")
-        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return 'Same activity. ```json\n{"label": "%s"}\n```' % ("CORRECT" if right else "WRONG")
 
 
 def test_locomo_answers_also_get_the_llm_judges_label_when_a_judge_is_given(tmp_path, benchmark_records, serve_http):
@@ -432,7 +404,8 @@ def test_locomo_answers_also_get_the_llm_judges_label_when_a_judge_is_given(tmp_
     _, info = _answer_all(env, ["pottery class", "In 2022", "a"])
     assert [q.get("judge") for q in info["questions"]] == [1.0, 0.0, None]  # adversarial questions are not judged
     assert info["metrics"]["question_judge_0"] == 1.0 and "question_judge_2" not in info["metrics"]
-    assert [b["model"] for b in _LocomoJudge.calls] == ["j", "j"] and _LocomoJudge.calls[0]["max_tokens"] == 512
+    bodies = [body for _, body in _LocomoJudge.calls]
+    assert [b["model"] for b in bodies] == ["j", "j"] and bodies[0]["max_tokens"] == 512
 
 
 def test_memoryagentbench_recommendation_rows_are_scored_against_the_catalogue_given(tmp_path):
