@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memrl.stats import mean_interval
+from memrl_envs.memory_benchmarks import locomo_options
 from memrl_envs.memory_rewards import answer_line
 from memrl_envs.qa_metrics import f1 as squad_f1
 from memrl_envs.qa_metrics import normalize_answer
@@ -117,7 +118,8 @@ class Scored:
     abstention: bool = False
 
 
-def _summary(values: Sequence[float]) -> dict[str, float]:
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """The mean of `values` with its 95% interval and their count."""
     mean, low, high = mean_interval(np.asarray(values, dtype=float))
     return {"mean": float(mean), "ci_low": float(low), "ci_high": float(high), "n": len(values)}
 
@@ -130,12 +132,12 @@ def longmemeval_metrics(scored: Iterable[Scored]) -> dict:
     unknown = sorted({str(s.category) for s in scored} - set(LONGMEMEVAL_TYPES))
     if unknown:
         raise ValueError(f"unknown LongMemEval question types {unknown}; allowed: {', '.join(LONGMEMEVAL_TYPES)}")
-    per_type = {t: _summary(v) for t, v in by_type.items() if v}
-    out = {"per_category": per_type, "overall": _summary([s.score for s in scored])}
+    per_type = {t: summary(v) for t, v in by_type.items() if v}
+    out = {"per_category": per_type, "overall": summary([s.score for s in scored])}
     out["task_averaged"] = float(np.mean([m["mean"] for m in per_type.values()])) if per_type else float("nan")
     abstention = [s.score for s in scored if s.abstention]
     if abstention:
-        out["abstention"] = _summary(abstention)
+        out["abstention"] = summary(abstention)
     return out
 
 
@@ -244,8 +246,8 @@ def locomo_metrics(scored: Iterable[Scored], judged: Iterable[Scored] = ()) -> d
     judge's 1/0 per question of categories 1-4, as Mem0 reports it), "judge" holds the same figures for those."""
     def figures(rows: list[Scored]) -> dict:
         per = {name: [s.score for s in rows if s.category == number] for number, name in LOCOMO_CATEGORIES.items()}
-        return {"per_category": {name: _summary(v) for name, v in per.items() if v},
-                "overall": _summary([s.score for s in rows])}
+        return {"per_category": {name: summary(v) for name, v in per.items() if v},
+                "overall": summary([s.score for s in rows])}
 
     judged = list(judged)
     return {**figures(list(scored)), **({"judge": figures(judged)} if judged else {})}
@@ -344,6 +346,12 @@ def mab_score(prediction: str, answers, source: str, judge: Callable[[str], floa
     return metrics
 
 
+def mab_metrics(scores_by_source: dict[str, Sequence[float]]) -> dict:
+    """Mean reported score with its 95% interval per sub-dataset and over all questions."""
+    return {"per_category": {source: summary(v) for source, v in scores_by_source.items()},
+            "overall": summary([x for v in scores_by_source.values() for x in v])}
+
+
 # -- MemoryAgentBench's recommendation sub-dataset -------------------------------------------------------------------
 _PARENTHESES = re.compile(r"\([^()]*\)")
 _NUMBERING = re.compile(r"^(?:\d+[\.\)、]?\s*[\-\—\–]?\s*)?")
@@ -401,8 +409,6 @@ def locomo_choice(reply: str, options: dict[str, str]) -> str:
 
 def locomo_reply(question, reply: str) -> str:
     """A LoCoMo reply as it is scored: an adversarial question's option letter read as its option (locomo_choice)."""
-    from memrl_envs.memory_benchmarks import locomo_options
-
     return locomo_choice(reply, locomo_options(question)) if question.category == 5 else reply
 
 

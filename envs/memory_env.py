@@ -257,14 +257,7 @@ class MemoryStoreEnv(gym.Env):
 
         self._counter = TokenCounter(config.tokenizer_path)
         self.answerer = self._make_answerer(config.answerer)
-        self.answer_judge = self._make_answerer(config.answer_judge, config.answer_judge_model) or self.answerer
-        if config.benchmark == "locomo":  # F1 scores it; a judge given adds the LLM-judge figure the field reports
-            self.answer_judge = self._make_answerer(config.answer_judge, config.answer_judge_model,
-                                                    LOCOMO_JUDGE_SAMPLING)
-        elif config.benchmark is not None and config.answerer is not None:  # judged as the benchmark judges
-            self.answer_judge = (
-                self._make_answerer(config.answer_judge, config.answer_judge_model, LONGMEMEVAL_JUDGE_SAMPLING)
-                if config.answer_judge else self._make_answerer(config.answerer, sampling=LONGMEMEVAL_JUDGE_SAMPLING))
+        self.answer_judge = self._judge_backend(config)
         if config.answerer is not None and config.benchmark is not None and self.answer_judge is None and any(
                 q.category in LONGMEMEVAL_TYPES for i in self._instances for q in i.questions):
             raise ValueError(f"MemoryStoreEnv: {config.data_path} holds LongMemEval questions, which its judge "
@@ -330,6 +323,18 @@ class MemoryStoreEnv(gym.Env):
             return ActorAnswerer(where.removeprefix("actor:"), timeout_s=config.answerer_timeout_s)
         return HTTPAnswerer(where, model or config.answerer_model, timeout_s=config.answerer_timeout_s,
                             retries=config.answerer_retries, **(sampling or {}))
+
+    def _judge_backend(self, config: MemoryStoreConfig):
+        """Who judges the answers. A benchmark's judge is asked with that benchmark's sampling: LoCoMo's LLM judge
+        only when answer_judge is given (F1 scores LoCoMo), the LongMemEval judge is answer_judge, else the
+        answerer. Other data: answer_judge, else the answerer itself."""
+        if config.benchmark == "locomo":
+            return self._make_answerer(config.answer_judge, config.answer_judge_model, LOCOMO_JUDGE_SAMPLING)
+        if config.benchmark is not None:
+            if config.answer_judge:
+                return self._make_answerer(config.answer_judge, config.answer_judge_model, LONGMEMEVAL_JUDGE_SAMPLING)
+            return self._make_answerer(config.answerer, sampling=LONGMEMEVAL_JUDGE_SAMPLING)
+        return self._make_answerer(config.answer_judge, config.answer_judge_model) or self.answerer
 
     @staticmethod
     def _load_benchmark(config: MemoryStoreConfig):

@@ -52,6 +52,7 @@ from memrl_envs.memory_benchmark_scores import (
     Scored,
     locomo_metrics,
     longmemeval_metrics,
+    mab_metrics,
 )
 from memrl_envs.memory_benchmarks import BENCHMARKS, MAB_CHUNK_TOKENS, load_benchmark
 from memrl.cluster import FaultToleranceConfig
@@ -60,7 +61,6 @@ from memrl.engines.base import SamplingConfig
 from memrl.episode import from_arrow
 from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, write_table
 from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
-from memrl.stats import mean_interval
 from memrl_tuned_examples.tasks.memalpha import (
     ANSWERER,
     ANSWERER_CHECKPOINT,
@@ -205,11 +205,6 @@ def record(instance, index: int, trajectory, seconds: float) -> dict:
     return out
 
 
-def _summary(values) -> dict:
-    mean, low, high = mean_interval(np.asarray(values, dtype=float))
-    return {"mean": float(mean), "ci_low": float(low), "ci_high": float(high), "n": len(values)}
-
-
 def figures(benchmark: str, row: Row, records: list[dict]) -> dict:
     """One table row from a row's records."""
     if not records:  # every instance failed (or none was asked): a row that says so
@@ -228,8 +223,7 @@ def figures(benchmark: str, row: Row, records: list[dict]) -> dict:
         sources = {}
         for r in records:
             sources.setdefault(r["instance_id"].rsplit("#", 1)[0], []).extend(q["score"] for q in r["questions"])
-        metrics = {"per_category": {s: _summary(v) for s, v in sources.items()},
-                   "overall": _summary([s.score for s in scored])}
+        metrics = mab_metrics(sources)
     return {"policy": row.name, "checkpoint": str(row.checkpoint), "memory": row.memory, **metrics,
             "instances": len(records), "memory_tokens": float(np.mean([r["memory_tokens"] for r in records])),
             "calls": float(np.mean([r["calls"] for r in records])),
