@@ -2,6 +2,9 @@
 
     reset -> (prompt_ids -> respond -> on_response -> step -> observe)* -> Trajectory
 
+A call whose `on_response` gives no action (None) is the workflow's own, such as ReSum's summary of its history: it
+is a call of the trajectory like any other, and no env step or `observe` follows it.
+
 Who answers is an argument: an engine (env runners, held-out evaluation), a greedy in-process engine (SFT's
 evaluation) or the scripted expert (SFT's training rows). Episodes that run concurrently in one event loop share
 a `BatchingResponder`, so every request pending at the same moment goes to the engine as one batch; env steps are
@@ -74,6 +77,8 @@ async def run_episode(
     workflow.reset(obs, info)
     timers["env_s"] = timers.get("env_s", 0.0) + time.perf_counter() - t0
     conversations: list[Conversation] = []
+    stepped: list[Conversation] = []  # the calls whose reply stepped the env
+    internal_calls = 0
     total_reward = 0.0
     done = overflow = terminated = truncated = False
     while not done:
@@ -88,6 +93,15 @@ async def run_episode(
             break
         out = await respond(prompt)
         action, spans = workflow.on_response(out.token_ids)
+        conversation = Conversation(prompt_ids=prompt, response_ids=out.token_ids, logprobs=out.logprobs,
+                                    spans=spans, reward=0.0, finish_reason=out.finish_reason,
+                                    weight_version=out.weight_version)
+        conversations.append(conversation)
+        if action is None:
+            # A call the workflow made for itself (ReSum's summary of its history): no env step follows it.
+            internal_calls += 1
+            done = len(conversations) >= max_calls
+            continue
         if check_action is not None:
             check_action(action)
         t0 = time.perf_counter()
@@ -98,19 +112,19 @@ async def run_episode(
             obs, reward, terminated, truncated, info = env.step(action)
         timers["env_s"] += time.perf_counter() - t0
         total_reward += float(reward)
-        conversations.append(Conversation(prompt_ids=prompt, response_ids=out.token_ids, logprobs=out.logprobs,
-                                          spans=spans, reward=float(reward), finish_reason=out.finish_reason,
-                                          weight_version=out.weight_version))
+        conversation.reward = float(reward)
+        stepped.append(conversation)
         done = terminated or truncated or len(conversations) >= max_calls
         if not done:
             workflow.observe(obs, info)
     rewards = info.get("row_rewards") if terminated or truncated else None
     if rewards is not None:
-        # The env knows some rows' rewards only at the end (Mem-α's shared accuracy): it gives every row its own.
-        if len(rewards) != len(conversations):
+        # The env knows some rows' rewards only at the end (Mem-α's shared accuracy): it gives each call that
+        # stepped it its own (a workflow's internal calls keep 0).
+        if len(rewards) != len(stepped):
             raise RuntimeError(f"task {task.traj_id}: the env's row_rewards has {len(rewards)} entries for "
-                               f"{len(conversations)} calls; it must give one per call")
-        for conversation, value in zip(conversations, rewards):
+                               f"{len(stepped)} env steps; it must give one per step")
+        for conversation, value in zip(stepped, rewards):
             conversation.reward = float(value)
     probes = workflow.probes(info)
     if probes:
@@ -122,6 +136,7 @@ async def run_episode(
     metrics = numeric_metrics(info.get("metrics", {}), f"task {task.traj_id}: env metric")
     metrics.update(
         num_calls=float(len(conversations)),
+        internal_calls=float(internal_calls),
         peak_context_tokens=float(max(c.num_tokens for c in conversations)),
         total_tokens=float(sum(c.num_tokens for c in conversations)),
         response_tokens=float(sum(len(c.response_ids) for c in conversations)),

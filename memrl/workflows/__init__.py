@@ -3,6 +3,7 @@
 from memrl.workflows.base import WORKFLOWS, LastObservationWorkflow, Workflow
 from memrl.workflows.memagent import FullContextWorkflow, MemAgentWorkflow
 from memrl.workflows.memalpha import MemAlphaWorkflow
+from memrl.workflows.resum import ReSumWorkflow
 from memrl.workflows.search import (
     MEM1Workflow,
     MemPOWorkflow,
@@ -22,6 +23,6 @@ def workflow_class(name: str) -> type[Workflow]:
 
 
 __all__ = ["WORKFLOWS", "FullContextWorkflow", "LastObservationWorkflow", "MEM1Workflow", "MemAgentWorkflow",
-           "MemAlphaWorkflow", "MemPOWorkflow", "MemSearcherWorkflow", "ReActWorkflow", "TruncatedReActWorkflow",
-           "WebShopMEM1Workflow", "WebShopReActWorkflow", "WebShopTruncatedReActWorkflow", "Workflow",
-           "workflow_class"]
+           "MemAlphaWorkflow", "MemPOWorkflow", "MemSearcherWorkflow", "ReActWorkflow", "ReSumWorkflow",
+           "TruncatedReActWorkflow", "WebShopMEM1Workflow", "WebShopReActWorkflow", "WebShopTruncatedReActWorkflow",
+           "Workflow", "workflow_class"]

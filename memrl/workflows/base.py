@@ -39,8 +39,9 @@ class Workflow(ChatCodec, ABC):
         """Token ids of the next LLM call's full context."""
 
     @abstractmethod
-    def on_response(self, response_ids: list[int]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
-        """Turn the model's response into (env action text, named token spans of the response)."""
+    def on_response(self, response_ids: list[int]) -> tuple[str | None, dict[str, list[tuple[int, int]]]]:
+        """Turn the model's response into (env action text, named token spans of the response). An action of None
+        makes the call the workflow's own (ReSum's summary): the env does not step, and the next call follows."""
 
     @abstractmethod
     def observe(self, observation: str, info: dict) -> None:

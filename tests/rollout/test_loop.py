@@ -150,3 +150,61 @@ def test_batching_responder_sends_concurrent_requests_as_one_batch_and_fails_the
     assert [tokenizer.decode(o.token_ids[:-1]) for o in outs] == ["1", "2", "3"]
     outs = asyncio.run(main([[5], [666]]))
     assert all(isinstance(o, RuntimeError) and "engine down" in str(o) for o in outs)
+
+
+class _NotesFirst(LastObservationWorkflow):
+    """Before each env action, one call of its own (its reply is kept as a note): the kind ReSum's summaries are."""
+
+    def reset(self, observation, info):
+        super().reset(observation, info)
+        self.noting, self.notes = True, []
+
+    def on_response(self, response_ids):
+        if self.noting:
+            self.noting = False
+            self.notes.append(self.decode(response_ids))
+            return None, {}
+        self.noting = True
+        return super().on_response(response_ids)
+
+
+class _RowRewards(gym.Wrapper):
+    """Echo whose last step gives each env step a reward of its own (as Mem-α's env does): 1, 2, 3, ..."""
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if terminated or truncated:
+            info = {**info, "row_rewards": [float(k) for k in range(1, self.steps + 1 + self.extra)]}
+        return obs, reward, terminated, truncated, info
+
+
+def test_a_workflows_own_calls_step_no_env_and_take_no_row_reward(tokenizer):
+    env = _RowRewards(gym.make("memrl/Echo-v0", num_turns=3, reward="exact"))
+    env.extra = 0
+    replies = iter(["note 1", "a", "note 2", "b", "note 3", "c"])
+
+    async def respond(prompt_ids):
+        return _reply(tokenizer, next(replies))
+
+    wf = _NotesFirst(tokenizer)
+    traj = asyncio.run(run_episode(env, wf, Task(seed=5, group_id="g", traj_id="t"), respond, max_calls=10))
+    assert wf.notes == ["note 1", "note 2", "note 3"] and env.steps == 3
+    # Six calls, three of them the workflow's own: the env's row rewards go to the three that stepped it, in order.
+    assert [c.reward for c in traj.conversations] == [0.0, 1.0, 0.0, 2.0, 0.0, 3.0]
+    assert traj.metrics["num_calls"] == 6 and traj.metrics["internal_calls"] == 3
+    # Own calls count towards max_calls.
+    replies = iter(["note 1", "a", "note 2", "b"])
+    traj = asyncio.run(run_episode(env, _NotesFirst(tokenizer), Task(seed=5, group_id="g", traj_id="t"), respond,
+                                   max_calls=3))
+    assert traj.metrics["num_calls"] == 3 and traj.metrics["truncated"] == 1 and env.steps == 1
+    # Row rewards that do not match the env steps are named.
+    env.extra = 1
+    replies = iter(["note 1", "a", "note 2", "b", "note 3", "c"])
+    with pytest.raises(RuntimeError, match="row_rewards has 4 entries for 3 env steps; it must give one per step"):
+        asyncio.run(run_episode(env, _NotesFirst(tokenizer), Task(seed=5, group_id="g", traj_id="t"), respond,
+                                max_calls=10))
