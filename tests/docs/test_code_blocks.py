@@ -54,6 +54,16 @@ def test_using_it_trains_and_saves_from_a_fresh_process(tiny_checkpoint, tmp_pat
     assert (tmp_path / "checkpoints" / "run1" / "algorithm_state.json").is_file()
 
 
+def test_resum_block_checks_its_config_and_components(tiny_checkpoint, tmp_path):
+    code = _block("from memrl.algorithms import GRPOConfig")
+    assert "/path/to/hf-checkpoint" in code
+    code = code.replace("/path/to/hf-checkpoint", str(tiny_checkpoint))
+    proc = subprocess.run([sys.executable, "-c", code + "print(config.env_runners_cfg.workflow)"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["resum"]
+
+
 def test_search_env_block_runs_against_a_local_qa_file_and_retrieval_server(tmp_path):
     import json
     import threading
@@ -150,6 +160,7 @@ def test_every_make_command_of_the_pages_is_a_target_of_the_makefile():
 
 
 RUN_BLOCKS = ("from memrl.algorithms import DAPOConfig", "import gymnasium", "from memrl.algorithms import SFTConfig",
+              "from memrl.algorithms import GRPOConfig",
               "import memrl_envs  # registers memrl/WebShop-v0", "# Learners where",
               "# my_memory/my_memory/__init__.py", "from pathlib import Path\n\nfrom ray import tune\n")
 """How each python block of the pages starts, as the tests that run it find it (the last two: test_extending)."""

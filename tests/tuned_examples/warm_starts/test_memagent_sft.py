@@ -44,32 +44,37 @@ def test_baseline_build_from_a_deeper_model(monkeypatch, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_path):
-    # MemAgent's build in two stages; the baseline's in one (the stages are chained by the same build_all: its own
-    # part is the training lengths).
+def test_warm_start_build_in_two_short_stages(ray_session, tiny_checkpoint, tmp_path, monkeypatch):
+    # MemAgent's build in two stages.
     stages = (memagent_sft.Stage(2, 4), memagent_sft.Stage(2, 4, "linear"))
-    for workflow, own_stages in (("memagent", stages), ("full_context", stages[:1])):
-        out = tmp_path / workflow
-        summary = memagent_sft.build_all(workflow, out, num_eval_tasks=2, stages=own_stages, init=tiny_checkpoint,
-                                         stage_dir=tmp_path / "stages")
-        assert summary["config"]["env_runners"]["workflow"] == workflow
-        assert [m["step"] for m in summary["curve"]] == [0, 2]
-        assert (out / SUMMARY_FILE).is_file()
-        assert AutoModelForCausalLM.from_pretrained(out) is not None
-        # Both are evaluated at the base length; the baseline trains on 2 to 10 documents.
-        assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
-        lengths = summary["config"]["environment"]["env_config"]["num_docs"]
-        assert lengths == ((2, 4, 6, 8, NUM_DOCS) if workflow == "full_context" else NUM_DOCS)
-        if len(own_stages) == 1:
-            assert "earlier_stages" not in summary or not summary["earlier_stages"]
-            assert summary["config"]["learners"]["model_path"] == str(Path(tiny_checkpoint).resolve())
-            assert re.fullmatch(r"SFT 2 steps x 64 rows, \d+ min", training_budget(out))
-            continue
-        # The second stage starts from the first one's weights, with its own seed and a decaying rate.
-        (first,) = summary["earlier_stages"]
-        assert summary["initial"]["eval_nll"] < first["initial"]["eval_nll"]
-        assert summary["config"]["learners"]["model_path"] == str((tmp_path / "stages" / f"{workflow}_stage1"))
-        assert (summary["config"]["debugging"]["seed"], first["config"]["debugging"]["seed"]) == (1, 0)
-        assert summary["config"]["training"]["optimizer"]["lr_schedule"] == "linear"
-        assert summary["final"]["eval_nll"] < first["initial"]["eval_nll"]
-        assert re.fullmatch(r"SFT 2\+2 steps x 64 rows, lr constant\+linear, \d+ min", training_budget(out))
+    out = tmp_path / "memagent"
+    summary = memagent_sft.build_all("memagent", out, num_eval_tasks=2, stages=stages, init=tiny_checkpoint,
+                                     stage_dir=tmp_path / "stages")
+    assert summary["config"]["env_runners"]["workflow"] == "memagent"
+    assert [m["step"] for m in summary["curve"]] == [0, 2]
+    assert (out / SUMMARY_FILE).is_file()
+    assert AutoModelForCausalLM.from_pretrained(out) is not None
+    # Evaluated at the base length, trained at it.
+    assert summary["config"]["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
+    assert summary["config"]["environment"]["env_config"]["num_docs"] == NUM_DOCS
+    # The second stage starts from the first one's weights, with its own seed and a decaying rate.
+    (first,) = summary["earlier_stages"]
+    assert summary["initial"]["eval_nll"] < first["initial"]["eval_nll"]
+    assert summary["config"]["learners"]["model_path"] == str((tmp_path / "stages" / "memagent_stage1"))
+    assert (summary["config"]["debugging"]["seed"], first["config"]["debugging"]["seed"]) == (1, 0)
+    assert summary["config"]["training"]["optimizer"]["lr_schedule"] == "linear"
+    assert summary["final"]["eval_nll"] < first["initial"]["eval_nll"]
+    assert re.fullmatch(r"SFT 2\+2 steps x 64 rows, lr constant\+linear, \d+ min", training_budget(out))
+
+    # The baseline's build goes through the same build_all in one stage; what is its own is the config it hands
+    # the SFT run (the run itself is the one above): its training lengths, from the starting checkpoint.
+    ran = []
+    monkeypatch.setattr(memagent_sft.sft, "run", lambda config, out: ran.append((config.to_dict(), out)) or {})
+    memagent_sft.build_all("full_context", tmp_path / "full_context", num_eval_tasks=2, stages=stages[:1],
+                           init=tiny_checkpoint, stage_dir=tmp_path / "stages")
+    ((config, written),) = ran
+    assert written == (tmp_path / "full_context").resolve() and config["env_runners"]["workflow"] == "full_context"
+    assert config["environment"]["env_config"]["num_docs"] == (2, 4, 6, 8, NUM_DOCS)
+    assert config["evaluation"]["evaluation_env_config"] == {"num_docs": NUM_DOCS}
+    assert config["learners"]["model_path"] == str(Path(tiny_checkpoint).resolve())
+    assert config["debugging"]["seed"] == 0 and config["training"]["optimizer"]["lr_schedule"] == "constant"
