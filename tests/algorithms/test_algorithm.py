@@ -181,6 +181,7 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = (_config(tiny_checkpoint, num_learners=1)
               .environment(env_config={"num_turns": 1, "reward": "exact"})
+              .env_runners(num_env_runners=0)  # sampling rounds, not where they run, are the point
               .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
               .debugging(wandb_project="memrl-test"))
     algo = config.build()
@@ -424,8 +425,9 @@ def test_tune_trials_hold_their_learners_and_engines_in_their_placement_groups(r
 
     judge = {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 0.5,
              "options": {"model_path": str(tiny_checkpoint), "max_tokens": 4}}
+    # Runners in each trial's own process: the actors placed are its learner, its engine and its service.
     config = (_config(tiny_checkpoint, num_learners=1).services(actors={"judge": judge})
-              .training(lr=tune.grid_search([1e-4, 1e-3])))
+              .env_runners(num_env_runners=0).training(lr=tune.grid_search([1e-4, 1e-3])))
     bundles = DAPO.default_resource_request(config.to_dict()).bundles
     # The algorithm, its learner, its engine and its side service.
     assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 0.5}]
