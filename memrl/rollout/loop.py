@@ -78,7 +78,6 @@ async def run_episode(
     timers["env_s"] = timers.get("env_s", 0.0) + time.perf_counter() - t0
     conversations: list[Conversation] = []
     stepped: list[Conversation] = []  # the calls whose reply stepped the env
-    internal_calls = 0
     total_reward = 0.0
     done = overflow = terminated = truncated = False
     while not done:
@@ -99,7 +98,6 @@ async def run_episode(
         conversations.append(conversation)
         if action is None:
             # A call the workflow made for itself (ReSum's summary of its history): no env step follows it.
-            internal_calls += 1
             done = len(conversations) >= max_calls
             continue
         if check_action is not None:
@@ -136,7 +134,7 @@ async def run_episode(
     metrics = numeric_metrics(info.get("metrics", {}), f"task {task.traj_id}: env metric")
     metrics.update(
         num_calls=float(len(conversations)),
-        internal_calls=float(internal_calls),
+        internal_calls=float(len(conversations) - len(stepped)),
         peak_context_tokens=float(max(c.num_tokens for c in conversations)),
         total_tokens=float(sum(c.num_tokens for c in conversations)),
         response_tokens=float(sum(len(c.response_ids) for c in conversations)),

@@ -83,6 +83,12 @@ def read_summary(reply: str) -> str:
     return f"<summary>{text}</summary>"
 
 
+def _fill(template: str, values: dict[str, str]) -> str:
+    """`template` with each placeholder (a key of `values`) replaced in one pass, so a question, summary or history
+    that spells a placeholder is not filled in again."""
+    return re.sub("|".join(re.escape(k) for k in values), lambda m: values[m.group(0)], template)
+
+
 def render_history(turns: list[tuple[str, str]]) -> str:
     """The turns since the last summary as ReSum's summarizer receives them: each message as Python writes the
     dict {'role': ..., 'content': ...}, one per line (replies stripped, as its agent stores them)."""
@@ -138,7 +144,7 @@ class ReSumWorkflow(ReActWorkflow):
     def _history_ids(self, turns: list[tuple[str, str]]) -> list[int]:
         if not self.summary:
             return super()._history_ids(turns)
-        first = self.resume_prompt.replace("{question}", self.task_prompt()).replace("{summary}", self.summary)
+        first = _fill(self.resume_prompt, {"{question}": self.task_prompt(), "{summary}": self.summary})
         messages = [{"role": "user", "content": first}]
         for reply, observation in turns:
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
@@ -147,10 +153,8 @@ class ReSumWorkflow(ReActWorkflow):
     def summary_request(self) -> str:
         """The summary call's prompt text (ReSum's summarizer sees it as its only, user message)."""
         prompt = self.summary_prompt_last if self.summary else self.summary_prompt
-        # One pass over the template, so a question or history that spells a placeholder is not filled in again.
-        values = {"{{{question}}}": self.questions, "{{{recent_history_messages}}}": render_history(self.turns),
-                  "{{{last_summary}}}": self.summary}
-        return re.sub("|".join(re.escape(k) for k in values), lambda m: values[m.group(0)], prompt)
+        return _fill(prompt, {"{{{question}}}": self.questions, "{{{last_summary}}}": self.summary,
+                              "{{{recent_history_messages}}}": render_history(self.turns)})
 
     def observe(self, observation: str, info: dict) -> None:
         super().observe(observation, info)

@@ -214,3 +214,14 @@ def test_sft_rows_of_the_expert_include_its_summaries_written_from_the_envs_note
         assert len(summaries) == episode.metrics["internal_calls"]
         assert all(s.startswith("<summary>\n") and s.endswith("\n</summary>") for s in summaries)
         assert any(line.startswith("Q1") for line in summaries[-1].splitlines())
+
+
+def test_a_question_or_summary_that_spells_a_placeholder_is_not_filled_in_again(tokenizer):
+    wf = ReSumWorkflow(tokenizer)
+    wf.reset("Who wrote {{{last_summary}}} and {summary}?", {})
+    wf.summary = "<summary>{question} {{{question}}}</summary>"
+    request = wf.summary_request()
+    assert "Who wrote {{{last_summary}}} and {summary}?" in request
+    assert request.count("<summary>{question} {{{question}}}</summary>") == 1
+    resumed = tokenizer.decode(wf.prompt_ids())
+    assert "Summary: <summary>{question} {{{question}}}</summary>" in resumed and "{summary}?" in resumed
