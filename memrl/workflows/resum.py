@@ -133,6 +133,7 @@ class ReSumWorkflow(ReActWorkflow):
             if missing := [f for f in fields if f not in text]:
                 raise ValueError(f"ReSumWorkflow: {name} must contain {', '.join(fields)}; it lacks {missing[0]}")
         self.summary = ""  # the last summary, wrapped in <summary> tags ("" before the first)
+        self._context: list[int] | None = None  # the context observe measured, until the turns or summary change
         self.summarizing = False
         self.turn = 0
         self.num_summaries = 0
@@ -140,15 +141,13 @@ class ReSumWorkflow(ReActWorkflow):
     def reset(self, observation: str, info: dict) -> None:
         super().reset(observation, info)
         self.summary, self.summarizing, self.turn, self.num_summaries = "", False, 0, 0
+        self._context = None
 
-    def _history_ids(self, turns: list[tuple[str, str]]) -> list[int]:
+    def first_message(self) -> str:
+        """The task prompt, and after a summary the resumed prompt with it."""
         if not self.summary:
-            return super()._history_ids(turns)
-        first = _fill(self.resume_prompt, {"{question}": self.task_prompt(), "{summary}": self.summary})
-        messages = [{"role": "user", "content": first}]
-        for reply, observation in turns:
-            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
-        return self.chat_ids(messages)
+            return self.task_prompt()
+        return _fill(self.resume_prompt, {"{question}": self.task_prompt(), "{summary}": self.summary})
 
     def summary_request(self) -> str:
         """The summary call's prompt text (ReSum's summarizer sees it as its only, user message)."""
@@ -159,14 +158,15 @@ class ReSumWorkflow(ReActWorkflow):
     def observe(self, observation: str, info: dict) -> None:
         super().observe(observation, info)
         self.turn += 1
-        size = len(self._history_ids(self.turns))
+        self._context = self._history_ids(self.turns)
+        size = len(self._context)
         by_turn = self.summary_every is not None and self.turn % self.summary_every == 0
         self.summarizing = size >= self.trigger * self.max_context_tokens or by_turn
 
     def prompt_ids(self) -> list[int]:
         if self.summarizing:
             return self.chat_ids([{"role": "user", "content": self.summary_request()}])
-        ids = self._history_ids(self.turns)
+        ids = self._context if self._context is not None else self._history_ids(self.turns)
         if len(ids) > self.max_context_tokens and self.turns:
             reply, _ = self.turns[-1]
             ids = self._history_ids([*self.turns[:-1], (reply, FULL_CONTEXT)])
@@ -176,7 +176,7 @@ class ReSumWorkflow(ReActWorkflow):
         if not self.summarizing:
             return super().on_response(response_ids)
         # A summary call: no env action. A summary replaces the turns it condenses; an empty one keeps them.
-        self.summarizing = False
+        self.summarizing, self._context = False, None
         summary = read_summary(self.decode(response_ids))
         if summary:
             self.summary, self.turns = summary, []

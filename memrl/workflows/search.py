@@ -349,8 +349,12 @@ class ReActWorkflow(_SearchWorkflow):
         super().observe(observation, info)
         self.turns.append((self.last_reply, observation))
 
+    def first_message(self) -> str:
+        """The first user message of each call: the task prompt (ReSum's carries its summary after it)."""
+        return self.task_prompt()
+
     def _history_ids(self, turns: list[tuple[str, str]]) -> list[int]:
-        messages = [{"role": "user", "content": self.task_prompt()}]
+        messages = [{"role": "user", "content": self.first_message()}]
         for reply, observation in turns:
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         return self.chat_ids(messages)
