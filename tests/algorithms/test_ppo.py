@@ -100,11 +100,11 @@ def test_config_names_bad_values(tiny_checkpoint):
 
 def _mem1_config(checkpoint) -> PPOConfig:
     return (PPOConfig()
-            .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 4})
-            .env_runners(num_env_runners=0, num_envs_per_env_runner=3, workflow="mem1",
+            .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 3})
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, workflow="mem1",
                          workflow_config={"memory_tokens": 24}, engine="torch", max_tokens=12)
             .learners(model_path=str(checkpoint), num_learners=1, token_budget=4096)
-            .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=6, num_minibatches=2)
+            .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=4, num_minibatches=2)
             .evaluation(evaluation_num_tasks=3)
             .debugging(seed=5))
 
@@ -121,8 +121,8 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     algo.critic_group.shutdown()
     first = straight[0]
     learners = first["learners"]
-    assert first["counters"]["trajectories_trained"] == 6
-    assert learners["rows"] == 6  # one stitched row per trajectory
+    assert first["counters"]["trajectories_trained"] == 4
+    assert learners["rows"] == 4  # one stitched row per trajectory
     assert learners["tokens"] == first["env_runners"]["new_tokens"]  # every generated token, nothing else
     assert learners["critic_tokens"] == learners["tokens"] and learners["critic_optimizer_steps"] == 2
     assert math.isfinite(learners["critic_vf_loss"]) and learners["critic_grad_norm"] > 0

@@ -226,7 +226,7 @@ def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, 
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
     # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it.
     config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear",
-                     lr_decay_steps=9)
+                     lr_decay_steps=9).evaluation(evaluation_num_tasks=8)
     algo = config.build()
     straight = [algo.train()]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 1; the run goes on as if it had not saved

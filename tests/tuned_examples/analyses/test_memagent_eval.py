@@ -51,10 +51,10 @@ def test_a_sampled_length_table_adds_pass_at_k_and_all_k():
 
 @pytest.mark.slow
 def test_length_table_of_the_shipped_policies(ray_session, tmp_path):
-    rows = memagent_eval.length_table(memagent_eval.policies(None), [1, 4], num_tasks=16, engine="torch",
+    rows = memagent_eval.length_table(memagent_eval.policies(None), [1, 4], num_tasks=8, engine="torch",
                                       num_env_runners=0)
     by = {(r["policy"], r["multiplier"]): r for r in rows}
-    assert len(rows) == 4 and all(r["num_tasks"] == 16 for r in rows)
+    assert len(rows) == 4 and all(r["num_tasks"] == 8 for r in rows)
     assert by["MemAgent warm-start", 4]["document_tokens"] > 3 * by["MemAgent warm-start", 1]["document_tokens"]
     # MemAgent's calls stay the same size however long the document; the baseline's grow up to its window.
     agent = [by["MemAgent warm-start", m]["peak_tokens_per_call"] for m in (1, 4)]
