@@ -20,14 +20,16 @@ train: setup
 
 # Three workers, each with its own Ray instance, a test file to a worker (its module fixtures stay whole): the
 # tests wait on deadlines, stalled actors and subprocesses often enough that a third worker fills two cores' idle
-# time (about 20 min against 22 with two). Files go out longest first (tests/durations.json, kept by
-# `make test-durations`), so the run does not end on one worker.
+# time. Files go out longest first (tests/durations.json, kept by `make test-durations`), so the run does not end on
+# one worker. Bytecode is kept (an empty PYTHONDONTWRITEBYTECODE, for machines that set it): the hundreds of actor
+# and subprocess starts then compile memrl's modules once, and pytest rewrites each test module once.
+KEEP_BYTECODE := PYTHONDONTWRITEBYTECODE=
 test: setup
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(KEEP_BYTECODE) $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # The whole suite as `make test` runs it, writing each file's seconds to tests/durations.json.
 test-durations: setup
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --store-durations
+	$(KEEP_BYTECODE) $(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --store-durations
 
 # The documentation site, offline, into site/ (its figures read from the result files as it builds).
 docs: setup
@@ -35,7 +37,7 @@ docs: setup
 
 # The inner loop: every test not marked slow (pyproject's `slow` marker).
 test-quick: setup
-	$(PY) -m pytest -m "not slow"
+	$(KEEP_BYTECODE) $(PY) -m pytest -m "not slow"
 
 # The GPU suite (tests/gpu) on a machine with a CUDA GPU, in an environment of its own: the CUDA builds of torch
 # and vLLM from the registry (the `gpu` extra).

@@ -85,6 +85,9 @@ def ray_session():
     # Logical CPUs above the 2 physical cores so tests can place several 1-CPU actors at once. Actors' output stays
     # in Ray's log files (an actor's error still reaches its caller as an exception), as in a run that is not verbose.
     start_local_ray(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Ray's log monitor forwards actors' output to the driver, which asks for none of it here; it re-reads the
+    # session's log folder ten times a second, and the hundreds of actors a worker's tests start fill that folder.
+    ray._private.worker._global_node.kill_log_monitor()
     yield ray
     ray.shutdown()
 
@@ -111,10 +114,11 @@ def serve_http():
         server.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_chat_server(tiny_checkpoint, tmp_path_factory):
-    """vLLM's own OpenAI-compatible server on loopback serving the tiny checkpoint as model "tiny", started for the
-    session: its API base (http://127.0.0.1:PORT/v1)."""
+    """vLLM's own OpenAI-compatible server on loopback serving the tiny checkpoint as model "tiny", for the module
+    that uses it (an idle server's engine keeps polling: it does not outlive its tests): its API base
+    (http://127.0.0.1:PORT/v1)."""
     import socket
     import subprocess
     import sys

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOP_LEVEL = {"memrl", "memrl_envs", "memrl_tuned_examples", "memrl_benchmarks"}
 SHIPPED_ENVS = {"memrl/Echo-v0", "memrl/ChunkStream-v0", "memrl/Search-v0", "memrl/MemoryStore-v0",
-                "memrl/WebShop-v0", "memrl/Copy-v0"}
+                "memrl/MemoryBank-v0", "memrl/WebShop-v0", "memrl/Copy-v0"}
 
 pytestmark = pytest.mark.slow
 
