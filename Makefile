@@ -37,7 +37,7 @@ docs: setup
 
 # The inner loop: every test not marked slow (pyproject's `slow` marker).
 test-quick: setup
-	$(KEEP_BYTECODE) $(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow"
 
 # The GPU suite (tests/gpu) on a machine with a CUDA GPU, in an environment of its own: the CUDA builds of torch
 # and vLLM from the registry (the `gpu` extra).
