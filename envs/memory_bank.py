@@ -467,8 +467,7 @@ def make_bank_task(seed: int, config: BankGeneratorConfig | None = None) -> Bank
             said = [rng.choice(_SMALL_TALK)]
         turns.append(Turn(SPEAKER, _stamp(rng, day), " ".join(said), tuple(kept)))
         day += rng.randrange(1, 20)
-    changed = [(kind, p) for _, (kind, p, _), _ in (x for t in range(config.num_turns) for x in told[t]
-                                                     if x[0] == "changed")]
+    changed = [(kind, p) for t in range(config.num_turns) for what, (kind, p, _), _ in told[t] if what == "changed"]
     asked = list(dict.fromkeys(changed + [(kind, p) for kind, p, _ in facts]))[: config.num_questions]
     questions = tuple((QUESTIONS[kind].format(p=p), (current[(kind, p)],)) for kind, p in asked)
     return BankTask(f"memory-r1-{seed}", tuple(turns), questions, tuple(stale))
@@ -721,8 +720,9 @@ class MemoryBankEnv(gym.Env):
 
     def _metrics(self) -> dict[str, float]:
         texts = [e.text for bank in self.banks.values() for e in bank.entries.values()]
-        stale = set(self.task.stale)
-        return {"entries": float(len(texts)), "stale_entries": float(sum(t in stale for t in texts)),
+        stale = {read_fact(text) for text in self.task.stale}
+        held = [read_fact(text) for text in texts]
+        return {"entries": float(len(texts)), "stale_entries": float(sum(f is not None and f in stale for f in held)),
                 **{k: float(v) for k, v in self._counts.items()}}
 
     def expert_action(self) -> str:
