@@ -51,8 +51,6 @@ from memrl_envs.text_space import printable, text_space
 
 ROLES = ("manager", "answer")
 """Which of Memory-R1's two agents the policy is."""
-EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
-"""The events of mem0's JSON that the manager prompt names."""
 
 MANAGER_PROMPT = """You are a smart memory manager which controls the memory of a system.
 You can perform four operations: (1) add into the memory, (2) update the
