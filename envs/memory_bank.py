@@ -12,8 +12,8 @@ fixed. The env plays either part, by its `role` option:
   anything else) nothing; an item without text, an unknown id or a reply that is not that JSON changes nothing. A
   turn without facts asks nothing. After the last turn the frozen Answer Agent (`answerer`) answers each question
   from the bank, and every manager call shares the episode's reward: the mean exact match of those answers (eq. 2).
-- role="answer" (section 3.2, Alg. 2). One question per episode (reset seed i: question i % num_questions of task
-  i // num_questions). The bank is written first, by the scripted expert manager or, with `banks_dir`, loaded from
+- role="answer" (section 3.2, Alg. 2). One question per episode (reset seed i: one of task i's questions, drawn
+  from i). The bank is written first, by the scripted expert manager or, with `banks_dir`, loaded from
   the banks a manager run wrote with `dump_dir`; the observation is Memory-R1's answer prompt with the top
   `answer_top_k` entries of each speaker's bank for the question, the reply's text after its last "**Answer:**" is
   the answer, and its reward is that answer's exact match (eq. 7).
@@ -37,6 +37,7 @@ import json
 import random
 import re
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -51,6 +52,11 @@ from memrl_envs.text_space import printable, text_space
 
 ROLES = ("manager", "answer")
 """Which of Memory-R1's two agents the policy is."""
+EXPERT_REPLIES = ("full", "changes")
+"""How the scripted expert manager writes its JSON: every shown entry with its event, as the paper's examples do, or
+its changes alone (ADD and UPDATE items; mem0 leaves an entry no item names as it is)."""
+PROMPTS = ("paper", "brief")
+"""The prompts either role can see: the paper's, or its data alone (the entries, facts or memories, and question)."""
 
 MANAGER_PROMPT = """You are a smart memory manager which controls the memory of a system.
 You can perform four operations: (1) add into the memory, (2) update the
@@ -219,6 +225,8 @@ questions.
 
 Question: {question}"""
 """Memory-R1's Answer Agent prompt (paper figure 11): mem0's answer prompt with the memory distillation steps."""
+BRIEF_ANSWER_PROMPT = "{memories}\n\nQuestion: {question}"
+"""The answer prompt with prompt="brief": the memories and the question, without the instructions."""
 ANSWER_MARK = "**Answer:**"
 """The answer is the text after the last of these (the prompt's instruction 10)."""
 SELECTED_MARK = "**Memories selected as relevant:**"
@@ -273,12 +281,14 @@ def shown_entries(bank: MemoryBank, facts: list[str], top_k: int) -> list[str]:
     return shown
 
 
-def manager_prompt(bank: MemoryBank, shown: list[str], facts: list[str]) -> str:
+def manager_prompt(bank: MemoryBank, shown: list[str], facts: list[str], prompt: str = "paper") -> str:
     """The manager's one user message: Memory-R1's prompt, then (as mem0 writes them, Python reprs) the shown entries
-    under temporary ids "0", "1", ... and the facts, then mem0's JSON schema."""
+    under temporary ids "0", "1", ... and the facts, then mem0's JSON schema. prompt="brief" keeps the entries and
+    the facts only (a model that learned the reply by SFT needs no instructions)."""
     old = [{"id": str(k), "text": bank.entries[i].text} for k, i in enumerate(shown)]
     current = MANAGER_CURRENT.format(memories=old) if old else MANAGER_EMPTY
-    return "\n\n".join([MANAGER_PROMPT, current, MANAGER_FACTS.format(facts=list(facts)), MANAGER_SCHEMA])
+    parts = [current, MANAGER_FACTS.format(facts=list(facts))]
+    return "\n\n".join([MANAGER_PROMPT, *parts, MANAGER_SCHEMA] if prompt == "paper" else parts)
 
 
 _FENCE = re.compile(r"^```[a-zA-Z0-9]*\n([\s\S]*?)\n```$")
@@ -335,14 +345,16 @@ def apply_events(bank: MemoryBank, items: list, shown: list[str], timestamp: str
     return counts
 
 
-def answer_prompt(banks: dict[str, MemoryBank], question: str, top_k: int) -> str:
+def answer_prompt(banks: dict[str, MemoryBank], question: str, top_k: int, prompt: str = "paper") -> str:
     """The Answer Agent's one message: each speaker's `top_k` entries for the question (BM25 order), as
-    "Memories for user NAME:" and "- TIMESTAMP: TEXT" lines, under Memory-R1's answer prompt."""
+    "Memories for user NAME:" and "- TIMESTAMP: TEXT" lines, under Memory-R1's answer prompt (prompt="brief": the
+    memories and the question alone)."""
     blocks = []
     for speaker, bank in banks.items():
         lines = [f"- {bank.entries[i].timestamp}: {bank.entries[i].text}" for i in bank.search(question, top_k)]
         blocks.append("\n".join([f"Memories for user {speaker}:", *lines]))
-    return ANSWER_PROMPT.format(memories="\n\n".join(blocks), question=question)
+    template = ANSWER_PROMPT if prompt == "paper" else BRIEF_ANSWER_PROMPT
+    return template.format(memories="\n\n".join(blocks), question=question)
 
 
 def parse_answer(reply: str) -> str:
@@ -371,6 +383,8 @@ class BankTask:
     turns: tuple[Turn, ...]
     questions: tuple[tuple[str, tuple[str, ...]], ...]
     """(question, gold answers) pairs."""
+    asked: tuple[tuple[str, str], ...] = ()
+    """(kind, person) of the fact each question asks for ("lives" or "works")."""
     stale: tuple[str, ...] = ()
     """Facts the conversation states and later changes."""
 
@@ -420,10 +434,16 @@ QUESTIONS = {"lives": "In which city does {p} live?", "works": "Which company do
 
 
 def _stamp(rng: random.Random, day: int) -> str:
-    """A LoCoMo-style time ("7:20 pm on 16 June, 2023") on day `day` of 2023."""
+    """A LoCoMo-style time ("7:20 pm on 16 June, 2023") on day `day` from the start of 2023 (months of 28 days)."""
     month, date = divmod(day, 28)
     hour, minute = rng.randrange(8, 22), rng.randrange(60)
-    return f"{(hour - 1) % 12 + 1}:{minute:02d} {'am' if hour < 12 else 'pm'} on {date + 1} {_MONTHS[month % 12]}, 2023"
+    year = 2023 + month // 12
+    return f"{(hour - 1) % 12 + 1}:{minute:02d} {'am' if hour < 12 else 'pm'} on {date + 1} {_MONTHS[month % 12]}, {year}"
+
+
+def when(timestamp: str) -> datetime:
+    """The time a LoCoMo-style timestamp ("7:20 pm on 16 June, 2023") names."""
+    return datetime.strptime(timestamp, "%I:%M %p on %d %B, %Y")
 
 
 def make_bank_task(seed: int, config: BankGeneratorConfig | None = None) -> BankTask:
@@ -468,7 +488,7 @@ def make_bank_task(seed: int, config: BankGeneratorConfig | None = None) -> Bank
     changed = [(kind, p) for t in range(config.num_turns) for what, (kind, p, _), _ in told[t] if what == "changed"]
     asked = list(dict.fromkeys(changed + [(kind, p) for kind, p, _ in facts]))[: config.num_questions]
     questions = tuple((QUESTIONS[kind].format(p=p), (current[(kind, p)],)) for kind, p in asked)
-    return BankTask(f"memory-r1-{seed}", tuple(turns), questions, tuple(stale))
+    return BankTask(f"memory-r1-{seed}", tuple(turns), questions, tuple(asked), tuple(stale))
 
 
 def read_fact(text: str) -> tuple[str, str, str] | None:
@@ -540,6 +560,16 @@ class MemoryBankConfig:
     """Chance that the scripted expert manager (expert_action, and role="answer" banks) updates the facts a turn
     changes; otherwise it adds them beside the old ones, as a manager that never updates does (the same choice for
     the same task and turn). Below 1, an imperfect teacher whose SFT student RL can improve."""
+    expert_recency_rate: float = 1.0
+    """Chance that the scripted Answer Agent (role="answer" expert_action) answers from the most recent entry that
+    states the asked fact; otherwise from the first one shown (as an agent that ignores the timestamps does; the same
+    choice for the same question). Below 1, with banks that keep stale facts, an imperfect teacher."""
+    expert_reply: str = "full"
+    """One of EXPERT_REPLIES: the scripted expert manager lists every shown entry ("full"), or its changes alone
+    ("changes": a shorter reply with the same effect on the bank)."""
+    prompt: str = "paper"
+    """One of PROMPTS: Memory-R1's prompts ("paper"), or their data alone ("brief": the entries and facts for the
+    manager, the memories and question for the Answer Agent), for a small model that learned the replies by SFT."""
     max_action_chars: int = 20_000
     """Replies are cut to this many printable characters before they are parsed."""
     dump_dir: str | None = None
@@ -565,9 +595,14 @@ class MemoryBankConfig:
                 raise ValueError(f"MemoryBankConfig.{name} must be an int >= {low}, got {value!r}")
         if not self.answerer_timeout_s > 0:
             raise ValueError(f"MemoryBankConfig.answerer_timeout_s must be > 0, got {self.answerer_timeout_s!r}")
-        if isinstance(self.expert_update_rate, bool) or not 0 <= self.expert_update_rate <= 1:
-            raise ValueError(f"MemoryBankConfig.expert_update_rate must be a number in [0, 1], got "
-                             f"{self.expert_update_rate!r}")
+        for name in ("expert_update_rate", "expert_recency_rate"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"MemoryBankConfig.{name} must be a number in [0, 1], got {value!r}")
+        if self.expert_reply not in EXPERT_REPLIES:
+            raise ValueError(f"MemoryBankConfig.expert_reply must be one of {EXPERT_REPLIES}, got {self.expert_reply!r}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"MemoryBankConfig.prompt must be one of {PROMPTS}, got {self.prompt!r}")
 
 
 class MemoryBankEnv(gym.Env):
@@ -617,9 +652,10 @@ class MemoryBankEnv(gym.Env):
         if options:
             raise ValueError(f"MemoryBankEnv.reset takes no options, got {sorted(options)}")
         seed = (seed or 0) + self.config.seed_offset
-        per_task = self.generator.num_questions
-        task_seed, self._question = (divmod(seed, per_task) if self.config.role == "answer" else (seed, None))
-        self.task = make_bank_task(task_seed, self.generator)
+        self.task = make_bank_task(seed, self.generator)
+        # The question: drawn from the seed, so that even (training) and odd (held-out) seeds meet every question.
+        self._question = (random.Random(f"memory-r1-question-{seed}").randrange(len(self.task.questions))
+                          if self.config.role == "answer" else None)
         self.banks = {turn.speaker: MemoryBank() for turn in self.task.turns}
         self._turn, self._shown, self._done = -1, [], False
         self._counts = {"adds": 0, "updates": 0, "deletes": 0, "nones": 0, "skipped": 0, "parse_failures": 0}
@@ -644,7 +680,7 @@ class MemoryBankEnv(gym.Env):
 
     def _manager_observation(self) -> str:
         turn = self.task.turns[self._turn]
-        return manager_prompt(self.banks[turn.speaker], self._shown, list(turn.facts))
+        return manager_prompt(self.banks[turn.speaker], self._shown, list(turn.facts), self.config.prompt)
 
     def _write_bank(self) -> None:
         """role="answer": the bank the question is answered from, loaded from banks_dir or written by the expert."""
@@ -665,7 +701,8 @@ class MemoryBankEnv(gym.Env):
 
     def _answer_chat(self, index: int) -> list[dict[str, str]]:
         question, _ = self.task.questions[index]
-        return [{"role": "user", "content": answer_prompt(self.banks, question, self.config.answer_top_k)}]
+        prompt = answer_prompt(self.banks, question, self.config.answer_top_k, self.config.prompt)
+        return [{"role": "user", "content": prompt}]
 
     def step(self, action: str):
         if self.task is None or self._done:
@@ -725,17 +762,32 @@ class MemoryBankEnv(gym.Env):
 
     def expert_action(self) -> str:
         """What the scripted expert writes now: the manager's JSON for the turn (updating a changed fact unless
-        expert_update_rate), or the Answer Agent's reply with the gold answer."""
+        expert_update_rate; every shown entry or its changes alone, by expert_reply), or the Answer Agent's reply (_expert_answer)."""
         if self.task is None or self._done:
             raise RuntimeError("MemoryBankEnv.expert_action needs a running episode; call reset() first")
         if self.config.role == "answer":
-            question, golds = self.task.questions[self._question]
-            shown = [e for bank in self.banks.values()
-                     for e in (bank.entries[i] for i in bank.search(question, self.config.answer_top_k))]
-            selected = [f"{e.timestamp}: {e.text}" for e in shown if golds[0].lower() in e.text.lower()]
-            return expert_answer(golds[0], selected[-1:])
+            return self._expert_answer()
         turn = self.task.turns[self._turn]
-        return json.dumps({"memory": self._expert_events(self.banks[turn.speaker], self._shown, turn)})
+        items = self._expert_events(self.banks[turn.speaker], self._shown, turn)
+        if self.config.expert_reply == "changes":
+            items = [item for item in items if item["event"] != "NONE"]
+        return json.dumps({"memory": items})
+
+    def _expert_answer(self) -> str:
+        """The scripted Answer Agent: of the shown entries that state the asked fact, the most recent (the prompt's
+        instruction 4), or with chance 1 - expert_recency_rate the first shown; it answers with that entry's value
+        (the gold when the bank holds no entry of the fact)."""
+        question, golds = self.task.questions[self._question]
+        asked = self.task.asked[self._question]
+        about = [e for bank in self.banks.values() for e in (bank.entries[i] for i in
+                                                             bank.search(question, self.config.answer_top_k))
+                 if (fact := read_fact(e.text)) and fact[:2] == asked]
+        if not about:
+            return expert_answer(golds[0], [])
+        rng = random.Random(f"expert-answer-{self.task.instance_id}-{self._question}")
+        pick = max(about, key=lambda e: when(e.timestamp)) if rng.random() < self.config.expert_recency_rate \
+            else about[0]
+        return expert_answer(read_fact(pick.text)[2], [f"{pick.timestamp}: {pick.text}"])
 
     def _expert_events(self, bank: MemoryBank, shown: list[str], turn: Turn) -> list[dict]:
         rng = random.Random(f"expert-{self.task.instance_id}-{turn.timestamp}")

@@ -25,6 +25,7 @@ from memrl_envs.memory_bank import (
     read_fact,
     shown_entries,
     strip_fence,
+    when,
 )
 
 
@@ -252,8 +253,9 @@ def test_without_an_answerer_the_episode_ends_unscored_and_a_dead_answerer_fails
 
 def test_the_answer_agent_answers_one_question_from_the_expert_bank_or_a_managers(tmp_path, reader_url):
     env = MemoryBankEnv(role="answer", num_questions=2)
-    obs, info = env.reset(seed=3)  # task 1, its second question
-    question, (gold,) = make_bank_task(1).questions[1]
+    obs, info = env.reset(seed=3)  # task 3, the question its seed draws
+    index = random.Random("memory-r1-question-3").randrange(2)
+    question, (gold,) = make_bank_task(3).questions[index]
     assert obs.endswith(f"Question: {question}") and info["phase"] == "answer"
     expert = env.expert_action()
     assert expert.startswith("**Memories selected as relevant:**\n\u2022 ") and expert.endswith(f"**Answer:** {gold}")
@@ -262,13 +264,51 @@ def test_the_answer_agent_answers_one_question_from_the_expert_bank_or_a_manager
     env.reset(seed=3)
     assert env.step("**Answer:** Atlantis")[1] == 0.0
     # A manager's banks, dumped by its run: the answer episodes read them.
-    _run(MemoryBankEnv(num_turns=6, answerer=reader_url, dump_dir=str(tmp_path), expert_update_rate=0.0), 1)
+    _run(MemoryBankEnv(num_turns=6, answerer=reader_url, dump_dir=str(tmp_path), expert_update_rate=0.0), 3)
     env = MemoryBankEnv(role="answer", banks_dir=str(tmp_path))
     env.reset(seed=3)
-    saved = json.loads((tmp_path / "memory-r1-1.json").read_text())["banks"]
+    saved = json.loads((tmp_path / "memory-r1-3.json").read_text())["banks"]
     assert {speaker: bank.to_dict() for speaker, bank in env.banks.items()} == saved
-    with pytest.raises(ValueError, match="has no bank of task memory-r1-2"):
+    with pytest.raises(ValueError, match="has no bank of task memory-r1-4"):
         env.reset(seed=4)
+
+
+def test_training_and_heldout_seeds_each_meet_every_question():
+    env = MemoryBankEnv(role="answer", num_questions=2)
+    for parity in (0, 1):
+        asked = set()
+        for seed in range(parity, 40, 2):
+            obs, _ = env.reset(seed=seed)
+            asked.add(make_bank_task(seed).questions.index(next(q for q in make_bank_task(seed).questions
+                                                                if obs.endswith(q[0]))))
+        assert asked == {0, 1}
+
+
+def test_the_teacher_answers_from_the_latest_entry_or_with_the_recency_rate_from_the_first_shown():
+    # A manager that never updates keeps the old fact beside the new one: the first shown is the stale one.
+    stale = [MemoryBankEnv(role="answer", expert_update_rate=0.0, expert_recency_rate=rate) for rate in (1.0, 0.0)]
+    golds, firsts = 0, 0
+    for seed in range(30):
+        for env in stale:
+            env.reset(seed=seed)
+        recent, first = (env.expert_action() for env in stale)
+        gold = stale[0].task.questions[stale[0]._question][1][0]
+        golds += recent.endswith(f"**Answer:** {gold}")
+        firsts += first.endswith(f"**Answer:** {gold}")
+    assert golds == 30 and firsts < 5  # the questions ask for changed facts, so the first shown is mostly stale
+    assert when("11:05 pm on 3 January, 2024") > when("9:59 am on 28 December, 2023")
+    assert make_bank_task(5).turns[-1].timestamp.endswith(("2023", "2024"))
+
+
+def test_the_brief_prompts_keep_the_data_and_drop_the_instructions():
+    env = MemoryBankEnv(prompt="brief")
+    obs, _ = env.reset(seed=0)
+    assert obs.startswith("Current memory is empty.") and "You are a smart memory manager" not in obs
+    assert "JSON structure" not in obs and repr(list(env.task.turns[env._turn].facts)) in obs
+    env = MemoryBankEnv(role="answer", prompt="brief")
+    obs, _ = env.reset(seed=0)
+    question = env.task.questions[env._question][0]
+    assert obs.startswith("Memories for user User:\n- ") and obs.endswith(f"\n\nQuestion: {question}")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -278,6 +318,8 @@ def test_the_answer_agent_answers_one_question_from_the_expert_bank_or_a_manager
     ({"answerer": "ftp://x"}, "answerer must be an http"),
     ({"manager_top_k": 0}, "manager_top_k must be an int >= 1"),
     ({"expert_update_rate": 1.5}, "expert_update_rate must be a number in"),
+    ({"expert_recency_rate": -0.1}, "expert_recency_rate must be a number in"),
+    ({"prompt": "short"}, r"prompt must be one of \('paper', 'brief'\)"),
     ({"top_k": 3}, r"no option\(s\) \['top_k'\]"),
     ({"num_turns": "6"}, "num_turns='6' is not allowed"),
 ])
