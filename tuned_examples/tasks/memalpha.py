@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memrl.config import AlgorithmConfig
-from memrl_tuned_examples.tasks import CHECKPOINTS
+from memrl_tuned_examples.tasks import CHECKPOINTS, chat_service, served_chat
 
 BASE_CHECKPOINT = CHECKPOINTS / "memalpha_base"
 """The embedded tiny model trained to write the expert's calls and to answer from a memory (tuned_examples/warm_starts/
@@ -88,22 +88,15 @@ def cpu_env_config(tokenizer_path: str | Path, answerer: str | None = f"actor:{A
 
 def answerer_service(model: str | Path, num_gpus: float = 0, temperature: float = 0.0,
                      max_tokens: int = CPU_ANSWER_TOKENS) -> dict:
-    """The frozen answerer serving `model` as a side service (memrl.services): a chat actor on vLLM over GPUs of its
-    own (a model too large for one GPU split across them), on the torch engine on CPU."""
-    engine = {"engine": "torch"}
-    if num_gpus:
-        engine = {"engine": "vllm", "dtype": "bfloat16",  # its KV cache: what its GPUs leave after the weights
-                  **({"tensor_parallel_size": int(num_gpus)} if num_gpus > 1 else {})}
-    return {"actor_class": "memrl.engines.chat:ChatActor", "num_cpus": 1, "num_gpus": num_gpus,
-            "options": {"model_path": str(model), "temperature": temperature, "max_tokens": max_tokens, **engine}}
+    """The frozen answerer serving `model` as a side service (chat_service)."""
+    return chat_service(model, max_tokens, num_gpus, temperature)
 
 
-def served_answerer(cfg: AlgorithmConfig, answerer: str | Path, **service) -> tuple[AlgorithmConfig, str]:
-    """`cfg` with `answerer` served as the side service ANSWERER when it is a local checkpoint (answerer_service's
-    `service` options), and what the env's answerer option names: that service, or the URL or "actor:NAME" given."""
-    if str(answerer).startswith(("http://", "https://", "actor:")):
-        return cfg, str(answerer)
-    return cfg.services(actors={ANSWERER: answerer_service(answerer, **service)}), f"actor:{ANSWERER}"
+def served_answerer(cfg: AlgorithmConfig, answerer: str | Path, max_tokens: int = CPU_ANSWER_TOKENS,
+                    **service) -> tuple[AlgorithmConfig, str]:
+    """`cfg` with `answerer` served as the side service ANSWERER when it is a local checkpoint (served_chat), and what
+    the env's answerer option names."""
+    return served_chat(cfg, answerer, ANSWERER, max_tokens, **service)
 
 
 def start_answerer(model: str | Path = ANSWERER_CHECKPOINT):
