@@ -3,6 +3,7 @@ checkpointing, and on GPUs of 40, 80 and 141 GB either fits a 7B and a 3B model 
 the memory plan or is refused before any actor starts, naming the figures."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from memrl_tuned_examples import (
     mem1_webshop_ppo,
     memagent_dapo,
     memalpha_grpo,
+    memory_r1,
     mempo_grpo,
     memsearcher_grpo,
 )
@@ -28,6 +30,9 @@ PRESETS = {
     "mem1_webshop_ppo": lambda n, model=MODEL: mem1_webshop_ppo.paper_config(model, n, None),
     # The answerer behind a URL: every GPU is the policy's (a local answerer's GPUs are its own, on top).
     "memalpha_grpo": lambda n, model=MODEL: memalpha_grpo.paper_config(model, n, "http://127.0.0.1:8001/v1"),
+    "memory_r1_manager": lambda n, model=MODEL: memory_r1.paper_config("manager", model, n,
+                                                                       "http://127.0.0.1:8001/v1"),
+    "memory_r1_answer": lambda n, model=MODEL: memory_r1.paper_config("answer", model, n, banks=Path("/data/banks")),
 }
 
 QWEN25 = {

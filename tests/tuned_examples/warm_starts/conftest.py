@@ -4,10 +4,10 @@ group in tests/learner."""
 
 import pytest
 
-from memrl_tuned_examples.warm_starts import memagent_sft, memalpha_sft, search_sft, webshop_sft
+from memrl_tuned_examples.warm_starts import memagent_sft, memalpha_sft, memory_r1_sft, search_sft, webshop_sft
 
 
 @pytest.fixture(autouse=True)
 def one_learner(monkeypatch):
-    for recipe in (memagent_sft, memalpha_sft, search_sft, webshop_sft):
+    for recipe in (memagent_sft, memalpha_sft, memory_r1_sft, search_sft, webshop_sft):
         monkeypatch.setattr(recipe, "NUM_LEARNERS", 1)
