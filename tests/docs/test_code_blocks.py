@@ -68,6 +68,15 @@ def test_resum_blocks_check_their_configs_and_components(tiny_checkpoint, tmp_pa
     assert proc.stdout.split() == ["resum", "None", "resum", "actor:summarizer"]
 
 
+def test_memory_r1_block_validates_the_manager_config(tiny_checkpoint, tmp_path):
+    code = _block("from memrl.algorithms import GRPOConfig\n\nmanager").replace("/path/to/hf-checkpoint",
+                                                                              str(tiny_checkpoint))
+    code += "print(manager.environment_cfg.env_config['role'], manager.env_runners_cfg.workflow)\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["manager", "last_observation"]
+
+
 def test_search_env_block_runs_against_a_local_qa_file_and_retrieval_server(tmp_path):
     import json
     import threading

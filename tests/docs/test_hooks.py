@@ -79,7 +79,9 @@ def test_the_readme_methods_table_and_quick_start_match_their_result_files():
     rows = [line for line in readme.splitlines() if line.startswith("| [") and "tuned_examples/" in line]
     assert len(rows) == 7
     for row in rows:
-        name = re.search(r"`python tuned_examples/(\w+)\.py`", row).group(1)
+        # An example of stages has a row per stage, whose results are <example>_<stage>.
+        example, stage = re.search(r"`python tuned_examples/(\w+)\.py(?: --stage (\w+))?`", row).groups()
+        name = f"{example}_{stage}" if stage else example
         assert hooks.headline(name) in row, name
     summary = hooks.read_json("tuned_examples/results/memagent_dapo_summary.json")
     for when in ("before", "after"):
