@@ -25,8 +25,8 @@ that changed. The prompts are the data alone (the tiny model learned the replies
 expert manager it learned from writes its changes alone (the unchanged entries' NONE items would be most of a reply
 to copy)."""
 CPU_MANAGER_TOKENS = 448
-"""Longest CPU manager reply: the expert's JSON (every shown entry, its event) is under 400 tokens of the tiny
-tokenizer."""
+"""Longest CPU manager reply: room for a full JSON (every shown entry with its event, under 400 tokens of the tiny
+tokenizer), though the expert the warm-start learned from writes its changes alone."""
 CPU_ANSWER_TOKENS = 96
 """Longest CPU Answer Agent reply: the selected memory and the answer (under 64 tokens for the expert)."""
 TEACHER_UPDATE_RATE = 0.3
