@@ -225,8 +225,10 @@ questions.
 
 Question: {question}"""
 """Memory-R1's Answer Agent prompt (paper figure 11): mem0's answer prompt with the memory distillation steps."""
-BRIEF_ANSWER_PROMPT = "{memories}\n\nQuestion: {question}"
-"""The answer prompt with prompt="brief": the memories and the question, without the instructions."""
+BRIEF_ANSWER_PROMPT = "{memories}\n\nQuestion:\n\u2022 {question}"
+"""The answer prompt with prompt="brief": the memories and the question, without the instructions. The question is
+the asked fact's opening in the entries' own words (BRIEF_QUESTIONS) after the bullet the selected memory starts
+with, so the expert's reply is a copy of the question, completed by a copy of an entry."""
 ANSWER_MARK = "**Answer:**"
 """The answer is the text after the last of these (the prompt's instruction 10)."""
 SELECTED_MARK = "**Memories selected as relevant:**"
@@ -431,6 +433,8 @@ FACT = {"lives": "{p} lives in {v}", "works": "{p} works for {v}"}
 _FACT_RE = {kind: re.compile("^" + text.replace("{p}", "(?P<p>.+?)").replace("{v}", "(?P<v>.+)") + "$")
             for kind, text in FACT.items()}
 QUESTIONS = {"lives": "In which city does {p} live?", "works": "Which company does {p} work for?"}
+BRIEF_QUESTIONS = {kind: text.removesuffix(" {v}") for kind, text in FACT.items()}
+"""The questions with prompt="brief": the fact's text up to its value ("Dulia lives in")."""
 
 
 def _stamp(rng: random.Random, day: int) -> str:
@@ -522,7 +526,7 @@ def expert_events(bank: MemoryBank, shown: list[str], facts: list[str], update: 
 
 def expert_answer(gold: str, selected: list[str]) -> str:
     """The Answer Agent's reply the expert writes, as the paper's case study shows one: the memories it selected
-    ("TIMESTAMP: TEXT"), then the answer after the mark."""
+    ("TIMESTAMP: TEXT", or the text alone with prompt="brief"), then the answer after the mark."""
     return "\n".join([SELECTED_MARK, *(f"\u2022 {line}" for line in selected), f"{ANSWER_MARK} {gold}"])
 
 
@@ -569,7 +573,9 @@ class MemoryBankConfig:
     ("changes": a shorter reply with the same effect on the bank)."""
     prompt: str = "paper"
     """One of PROMPTS: Memory-R1's prompts ("paper"), or their data alone ("brief": the entries and facts for the
-    manager, the memories and question for the Answer Agent), for a small model that learned the replies by SFT."""
+    manager, the memories and question for the Answer Agent), for a small model that learned the replies by SFT.
+    With "brief" the question is the fact's opening (BRIEF_QUESTIONS) and the expert's selected memory its text
+    without the timestamp: both are then found by copying, what a small model learns first."""
     max_action_chars: int = 20_000
     """Replies are cut to this many printable characters before they are parsed."""
     dump_dir: str | None = None
@@ -699,9 +705,16 @@ class MemoryBankEnv(gym.Env):
                 shown = shown_entries(bank, list(turn.facts), self.config.manager_top_k)
                 apply_events(bank, self._expert_events(bank, shown, turn), shown, turn.timestamp)
 
+    def _question_text(self, index: int) -> str:
+        """Question `index` as the Answer Agent reads it (and the bank is searched for): the task's, or with
+        prompt="brief" the asked fact's opening (BRIEF_QUESTIONS)."""
+        if self.config.prompt == "brief":
+            kind, person = self.task.asked[index]
+            return BRIEF_QUESTIONS[kind].format(p=person)
+        return self.task.questions[index][0]
+
     def _answer_chat(self, index: int) -> list[dict[str, str]]:
-        question, _ = self.task.questions[index]
-        prompt = answer_prompt(self.banks, question, self.config.answer_top_k, self.config.prompt)
+        prompt = answer_prompt(self.banks, self._question_text(index), self.config.answer_top_k, self.config.prompt)
         return [{"role": "user", "content": prompt}]
 
     def step(self, action: str):
@@ -777,7 +790,7 @@ class MemoryBankEnv(gym.Env):
         """The scripted Answer Agent: of the shown entries that state the asked fact, the most recent (the prompt's
         instruction 4), or with chance 1 - expert_recency_rate the first shown; it answers with that entry's value
         (the gold when the bank holds no entry of the fact)."""
-        question, golds = self.task.questions[self._question]
+        question, golds = self._question_text(self._question), self.task.questions[self._question][1]
         asked = self.task.asked[self._question]
         about = [e for bank in self.banks.values() for e in (bank.entries[i] for i in
                                                              bank.search(question, self.config.answer_top_k))
@@ -787,7 +800,8 @@ class MemoryBankEnv(gym.Env):
         rng = random.Random(f"expert-answer-{self.task.instance_id}-{self._question}")
         pick = max(about, key=lambda e: when(e.timestamp)) if rng.random() < self.config.expert_recency_rate \
             else about[0]
-        return expert_answer(read_fact(pick.text)[2], [f"{pick.timestamp}: {pick.text}"])
+        selected = pick.text if self.config.prompt == "brief" else f"{pick.timestamp}: {pick.text}"
+        return expert_answer(read_fact(pick.text)[2], [selected])
 
     def _expert_events(self, bank: MemoryBank, shown: list[str], turn: Turn) -> list[dict]:
         rng = random.Random(f"expert-{self.task.instance_id}-{turn.timestamp}")

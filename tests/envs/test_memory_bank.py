@@ -307,8 +307,14 @@ def test_the_brief_prompts_keep_the_data_and_drop_the_instructions():
     assert "JSON structure" not in obs and repr(list(env.task.turns[env._turn].facts)) in obs
     env = MemoryBankEnv(role="answer", prompt="brief")
     obs, _ = env.reset(seed=0)
-    question = env.task.questions[env._question][0]
-    assert obs.startswith("Memories for user User:\n- ") and obs.endswith(f"\n\nQuestion: {question}")
+    # The question is the asked fact's opening, in the entries' words; the expert's selected memory is the entry's
+    # text alone, then the answer: both copies of what the prompt holds.
+    kind, person = env.task.asked[env._question]
+    opening = {"lives": f"{person} lives in", "works": f"{person} works for"}[kind]
+    assert obs.startswith("Memories for user User:\n- ") and obs.endswith(f"\n\nQuestion:\n\u2022 {opening}")
+    gold = env.task.questions[env._question][1][0]
+    assert env.expert_action() == f"**Memories selected as relevant:**\n\u2022 {opening} {gold}\n**Answer:** {gold}"
+    assert f": {opening} " in obs.split("\n")[1]  # BM25 shows an entry of the asked fact first
 
 
 @pytest.mark.parametrize("options, message", [

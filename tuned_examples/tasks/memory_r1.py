@@ -11,10 +11,10 @@ from memrl_tuned_examples.tasks import CHECKPOINTS, served_chat
 
 MANAGER_WARM_START = CHECKPOINTS / "memory_r1_manager_sft"
 """The CPU Memory Manager RL starts from: the embedded tiny model trained on an expert manager that updates a changed
-fact only half the time (TEACHER_UPDATE_RATE); tuned_examples/warm_starts/memory_r1_sft.py --role manager."""
+fact only some of the time (TEACHER_UPDATE_RATE); tuned_examples/warm_starts/memory_r1_sft.py --role manager."""
 ANSWER_WARM_START = CHECKPOINTS / "memory_r1_answer_sft"
 """The CPU Answer Agent: the embedded tiny model trained on an expert that answers from the most recent entry of the
-asked fact only half the time (TEACHER_RECENCY_RATE); the frozen Answer Agent of the manager stage, and where the
+asked fact only some of the time (TEACHER_RECENCY_RATE); the frozen Answer Agent of the manager stage, and where the
 answer stage starts (tuned_examples/warm_starts/memory_r1_sft.py --role answer)."""
 ANSWER_AGENT = "memory-r1-answer"
 """Name of the chat actor that answers for the manager stage (envs reach it as answerer="actor:memory-r1-answer")."""
@@ -35,7 +35,7 @@ beside the old one, so a warm-started manager keeps some stale facts that RL can
 TEACHER_RECENCY_RATE = 0.3
 """The expert Answer Agent of the answer warm-start answers from the most recent entry of the asked fact with this
 chance, else from the first shown (BM25 order, the older entry on a tie): a stale fact in the bank then misleads it
-half the time, which is what makes the manager's updates pay and what the answer stage can learn."""
+most of the time, which is what makes the manager's updates pay and what the answer stage can learn."""
 
 
 def env_config(role: str, answerer: str | None = None, **options) -> dict:
