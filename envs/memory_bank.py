@@ -285,12 +285,13 @@ def shown_entries(bank: MemoryBank, facts: list[str], top_k: int) -> list[str]:
 
 def manager_prompt(bank: MemoryBank, shown: list[str], facts: list[str], prompt: str = "paper") -> str:
     """The manager's one user message: Memory-R1's prompt, then (as mem0 writes them, Python reprs) the shown entries
-    under temporary ids "0", "1", ... and the facts, then mem0's JSON schema. prompt="brief" keeps the entries and
-    the facts only (a model that learned the reply by SFT needs no instructions)."""
+    under temporary ids "0", "1", ... and the facts, then mem0's JSON schema. prompt="brief" keeps the facts and the
+    entries only, facts first (a model that learned the reply by SFT needs no instructions, and a small one copies a
+    value from the first place a person and relation appear: the new fact's, not the stale entry's)."""
     old = [{"id": str(k), "text": bank.entries[i].text} for k, i in enumerate(shown)]
     current = MANAGER_CURRENT.format(memories=old) if old else MANAGER_EMPTY
     parts = [current, MANAGER_FACTS.format(facts=list(facts))]
-    return "\n\n".join([MANAGER_PROMPT, *parts, MANAGER_SCHEMA] if prompt == "paper" else parts)
+    return "\n\n".join([MANAGER_PROMPT, *parts, MANAGER_SCHEMA] if prompt == "paper" else parts[::-1])
 
 
 _FENCE = re.compile(r"^```[a-zA-Z0-9]*\n([\s\S]*?)\n```$")

@@ -303,8 +303,11 @@ def test_the_teacher_answers_from_the_latest_entry_or_with_the_recency_rate_from
 def test_the_brief_prompts_keep_the_data_and_drop_the_instructions():
     env = MemoryBankEnv(prompt="brief")
     obs, _ = env.reset(seed=0)
-    assert obs.startswith("Current memory is empty.") and "You are a smart memory manager" not in obs
-    assert "JSON structure" not in obs and repr(list(env.task.turns[env._turn].facts)) in obs
+    # The facts come first, then the entries: a small manager copies a value from where it first meets the fact.
+    facts = repr(list(env.task.turns[env._turn].facts))
+    assert obs.startswith("The new retrieved facts") and obs.endswith("Current memory is empty.")
+    assert obs.index(facts) < obs.index("Current memory")
+    assert "You are a smart memory manager" not in obs and "JSON structure" not in obs
     env = MemoryBankEnv(role="answer", prompt="brief")
     obs, _ = env.reset(seed=0)
     # The question is the asked fact's opening, in the entries' words; the expert's selected memory is the entry's
