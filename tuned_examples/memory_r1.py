@@ -31,7 +31,6 @@ OpenAI-compatible endpoint (--answerer URL) or a local checkpoint served on GPUs
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 from memrl.algorithms import GRPOConfig
@@ -48,8 +47,9 @@ from memrl_tuned_examples.tasks.memory_r1 import (
 
 STAGES = ("manager", "answer")
 """The two stages, in the paper's order."""
-CPU_ITERATIONS = 30
-"""Training iterations of each CPU stage."""
+CPU_ITERATIONS = {"manager": 30, "answer": 300}
+"""Training iterations of each CPU stage: an answer-stage iteration (one short call per episode) takes a tenth of a
+manager-stage one (six calls, each a JSON list of changes)."""
 CPU_EVAL_TASKS = 300
 """Held-out tasks of each CPU stage (conversations for the manager, questions for the Answer Agent)."""
 PAPER = {"tasks_per_iteration": 16, "group_size": 8, "lr": 1e-6, "temperature": 1.0, "max_prompt_tokens": 4096,
@@ -73,22 +73,52 @@ def answer_stage_seeds(iterations: int, num_eval_tasks: int, tasks_per_iteration
     return sorted(set(train + heldout_env_seeds(seed, num_eval_tasks)))
 
 
+WRITE_BANKS_TIMEOUT_S = 3 * 3600
+"""The longest write_banks waits for the manager's banks before it stops the writer and fails."""
+
+
 def write_banks(manager: str | Path, seeds: list[int], out: Path, max_tokens: int, task: dict, engine: str = "vllm",
-                **engine_options) -> Path:
+                timeout_s: float = WRITE_BANKS_TIMEOUT_S, **engine_options) -> Path:
     """The banks the fixed `manager` writes, greedily, for the tasks of `seeds` (one <instance_id>.json each in `out`,
-    memrl/MemoryBank-v0's dump_dir), on an `engine` (an ENGINES name) in this process with `engine_options`;
-    returns `out`."""
+    memrl/MemoryBank-v0's dump_dir), on an `engine` (an ENGINES name) with `engine_options`; returns `out`.
+
+    The engine runs in a process of its own, so its start-up output goes to <out>.log rather than the console (as an
+    actor's does) and its memory goes back before the run's own engines start."""
+    import multiprocessing
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = out.with_suffix(".log")
+    print(f"writing the banks of {len(seeds)} tasks with {manager} (log: {log})", flush=True)
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_write_banks, args=(str(manager), seeds, str(out), max_tokens, task, engine, engine_options, str(log)))
+    writer.start()
+    writer.join(timeout_s)
+    if writer.is_alive():
+        writer.kill()
+        writer.join()
+        raise TimeoutError(f"the manager did not write the banks of {len(seeds)} tasks within {timeout_s:.0f} s "
+                           f"(timeout_s); its output is in {log}")
+    if writer.exitcode != 0:
+        raise RuntimeError(f"writing the banks failed (exit code {writer.exitcode}); its output is in {log}")
+    return out
+
+
+def _write_banks(manager: str, seeds: list[int], out: str, max_tokens: int, task: dict, engine: str,
+                 engine_options: dict, log: str) -> None:
+    """write_banks' process: its output to `log`, then the greedy episodes that dump the banks."""
+    import os
+
+    with open(log, "w") as file:  # the descriptors, so that what C++ and subprocesses print goes there too
+        for stream in (1, 2):
+            os.dup2(file.fileno(), stream)
     from transformers import AutoTokenizer
 
     from memrl.algorithms.sft import greedy_rewards
     from memrl.engines import engine_class
 
-    writer = engine_class(engine)(str(manager), **engine_options)
-    greedy_rewards(writer, "memrl/MemoryBank-v0", {**task, "role": "manager", "dump_dir": str(out)},
+    writer = engine_class(engine)(manager, **engine_options)
+    greedy_rewards(writer, "memrl/MemoryBank-v0", {**task, "role": "manager", "dump_dir": out},
                    "last_observation", {}, AutoTokenizer.from_pretrained(manager), seeds, max_tokens)
-    del writer  # its memory goes back before the run's own engines start
-    gc.collect()
-    return out
 
 
 def manager_config(model: str | Path | None = None, answerer: str | Path | None = None) -> GRPOConfig:
@@ -100,7 +130,7 @@ def manager_config(model: str | Path | None = None, answerer: str | Path | None 
 
 
 def answer_config(model: str | Path | None = None, manager: str | Path | None = None,
-                  iterations: int = CPU_ITERATIONS, banks: Path | None = None) -> GRPOConfig:
+                  iterations: int = CPU_ITERATIONS["answer"], banks: Path | None = None) -> GRPOConfig:
     """The CPU answer stage on the banks `manager` writes (by default the manager stage's trained policy) into
     `banks` (default runs/memory_r1_answer/banks) for every task the stage meets; its settings are the manager
     stage's."""
@@ -177,7 +207,7 @@ def main() -> None:
         p.error(f"--num-gpus {args.num_gpus} leaves no GPU for the policy beside the answerer's {args.answerer_gpus} "
                 "(--answerer-gpus)")
     out = args.out or RUNS / run_name(args.stage)
-    iterations = args.iterations or CPU_ITERATIONS
+    iterations = args.iterations or CPU_ITERATIONS[args.stage]
 
     def cpu() -> GRPOConfig:
         if args.stage == "manager":
@@ -192,7 +222,7 @@ def main() -> None:
                         max_model_len=PAPER["max_prompt_tokens"] + PAPER["max_tokens"])
         return paper_config(args.stage, args.model, policy_gpus, args.answerer, args.answerer_gpus, banks)
 
-    run_example(p, args, run_name(args.stage), cpu, gpu, cpu_iterations=CPU_ITERATIONS)
+    run_example(p, args, run_name(args.stage), cpu, gpu, cpu_iterations=CPU_ITERATIONS[args.stage])
 
 
 if __name__ == "__main__":
