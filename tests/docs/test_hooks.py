@@ -77,7 +77,7 @@ def test_a_directive_that_names_nothing_fails_naming_it():
 def test_the_readme_methods_table_and_quick_start_match_their_result_files():
     readme = (ROOT / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("| [") and "tuned_examples/" in line]
-    assert len(rows) == 8
+    assert len(rows) == 9
     for row in rows:
         # An example of stages has a row per stage, whose results are <example>_<stage>.
         example, stage = re.search(r"`python tuned_examples/(\w+)\.py(?: --stage (\w+))?`", row).groups()
