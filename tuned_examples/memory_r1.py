@@ -86,6 +86,8 @@ def write_banks(manager: str | Path, seeds: list[int], out: Path, max_tokens: in
     actor's does) and its memory goes back before the run's own engines start."""
     import multiprocessing
 
+    if not (Path(manager) / "config.json").is_file():
+        raise FileNotFoundError(f"the manager {str(manager)!r} is not a Hugging Face checkpoint (no config.json)")
     out.mkdir(parents=True, exist_ok=True)
     log = out.with_suffix(".log")
     print(f"writing the banks of {len(seeds)} tasks with {manager} (log: {log})", flush=True)
