@@ -573,8 +573,8 @@ class MemoryBankConfig:
     """One of EXPERT_REPLIES: the scripted expert manager lists every shown entry ("full"), or its changes alone
     ("changes": a shorter reply with the same effect on the bank)."""
     prompt: str = "paper"
-    """One of PROMPTS: Memory-R1's prompts ("paper"), or their data alone ("brief": the entries and facts for the
-    manager, the memories and question for the Answer Agent), for a small model that learned the replies by SFT.
+    """One of PROMPTS: Memory-R1's prompts ("paper"), or their data alone ("brief": the facts then the entries for
+    the manager, the memories and question for the Answer Agent), for a small model that learned the replies by SFT.
     With "brief" the question is the fact's opening (BRIEF_QUESTIONS) and the expert's selected memory its text
     without the timestamp: both are then found by copying, what a small model learns first."""
     max_action_chars: int = 20_000

@@ -63,10 +63,10 @@ class Role:
 
 ROLES = {"manager": Role(MANAGER_WARM_START, stages=((800, "constant"), (800, "linear")), eval_tasks=48),
          "answer": Role(ANSWER_WARM_START, stages=((300, "constant"), (700, "constant")), eval_tasks=96)}
-"""The builds by --role: the Memory Manager's warm-start (at constant lr its held-out NLL stops falling by 800 steps,
-when it copies the people's names from the facts but not yet their homes and employers; the decay that follows
-lowers it further) and the Answer Agent (its first stage learns the reply's frame; it copies the question's person
-and an entry's value only some hundred steps into the second)."""
+"""The builds by --role: the Memory Manager's warm-start (its first stage, at constant lr, learns the reply's JSON and
+copies the people's names from the facts; the decayed second copies their homes and employers too) and the Answer
+Agent (its first stage learns the reply's frame; it copies the question's person and an entry's value only some
+hundred steps into the second)."""
 
 
 def config(steps: int, num_train_tasks: int, num_eval_tasks: int, role: str = "manager",
