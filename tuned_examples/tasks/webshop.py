@@ -24,14 +24,21 @@ TEMPLATES = {
     "webshop_mem1": "{instruction}\nReply <think>reason</think><summary>progress</summary><answer>action</answer>.",
     "webshop_react": "{instruction}\nReply <think>reason</think><answer>action</answer>.",
 }
-"""Short task prompts of the CPU task, per workflow (webshop_react_truncated uses webshop_react's)."""
+"""Short task prompts of the CPU task, per workflow (the truncated ReAct and ReSum use webshop_react's)."""
 REACT_WINDOW = 1536
 """Truncated ReAct's context window on the CPU task: the prompt and about two turns."""
+RESUM_PROMPTS = {
+    "summary_prompt": "{{{question}}}\nKeep what was done in <summary></summary>:\n{{{recent_history_messages}}}",
+    "summary_prompt_last": "{{{question}}}\nLast: {{{last_summary}}}\nKeep what was done in <summary></summary>:\n"
+                           "{{{recent_history_messages}}}",
+    "resume_prompt": "{question}\nSo far: {summary}",
+}
+"""ReSum's three prompts on the CPU task, short for the tiny model's tokenizer (ReSum's parts, in its order)."""
 HELDOUT_TASKS = 500
 """Held-out goals: the test split (the first 500 in the original order)."""
 HELDOUT = {"evaluation_num_tasks": HELDOUT_TASKS, "evaluation_num_envs_per_env_runner": HELDOUT_TASKS // 2}
 """Evaluation settings: every held-out goal in flight at once over two env runners."""
-WORKFLOWS = ("webshop_mem1", "webshop_react", "webshop_react_truncated")
+WORKFLOWS = ("webshop_mem1", "webshop_react", "webshop_react_truncated", "webshop_resum")
 
 
 def env_config(split: str = "train", expert_recall: float = 1.0) -> dict:
@@ -48,6 +55,9 @@ def workflow_config(workflow: str) -> dict:
         return {"template": TEMPLATES[workflow]}
     if workflow == "webshop_react_truncated":
         return {"template": TEMPLATES["webshop_react"], "max_context_tokens": REACT_WINDOW}
+    if workflow == "webshop_resum":  # a summary when ReAct's context would outgrow truncated ReAct's window
+        return {"template": TEMPLATES["webshop_react"], "max_context_tokens": REACT_WINDOW,
+                "memory_tokens": MEMORY_TOKENS, **RESUM_PROMPTS}
     raise ValueError(f"workflow={workflow!r} is not allowed; choose one of {WORKFLOWS}")
 
 

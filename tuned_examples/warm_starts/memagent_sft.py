@@ -68,25 +68,30 @@ documents of 2 to 10, where the short ones teach the lookup (a build at 10 docum
 docs/methods/memagent.md)."""
 
 
-def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None,
-          seed: int = 0) -> dict:
+def config(workflow: str, stage: Stage, num_eval_tasks: int, init: str | Path | None = None,
+           seed: int = 0) -> SFTConfig:
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
-    freshly initialised); writes the checkpoint and sft_summary.json to `out` and returns the summary."""
+    freshly initialised)."""
     # Absolute paths: the learner actors do not share this process's working directory.
     model = str(Path(init or default_model()).resolve())
     env_config, workflow_config = cpu_task(workflow, tokenizer_path=model, num_docs=TRAIN_LENGTHS[workflow])
     decays = stage.lr_schedule != "constant"
-    config = (SFTConfig()
-              .environment("memrl/ChunkStream-v0", env_config=env_config)
-              .env_runners(workflow=workflow, workflow_config=workflow_config)
-              .learners(model_path=model, num_learners=NUM_LEARNERS, token_budget=4096)
-              .training(lr=1e-3, lr_schedule=stage.lr_schedule, lr_warmup_steps=1 if decays else 0,
-                        lr_decay_steps=stage.steps if decays else 0, lr_min_ratio=stage.lr_min_ratio, batch_size=64,
-                        steps=stage.steps, steps_per_iteration=min(150, stage.steps),
-                        num_train_tasks=stage.num_train_tasks)
-              .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"num_docs": NUM_DOCS})
-              .debugging(seed=seed))
-    return sft.run(config, Path(out).resolve())
+    return (SFTConfig()
+            .environment("memrl/ChunkStream-v0", env_config=env_config)
+            .env_runners(workflow=workflow, workflow_config=workflow_config)
+            .learners(model_path=model, num_learners=NUM_LEARNERS, token_budget=4096)
+            .training(lr=1e-3, lr_schedule=stage.lr_schedule, lr_warmup_steps=1 if decays else 0,
+                      lr_decay_steps=stage.steps if decays else 0, lr_min_ratio=stage.lr_min_ratio, batch_size=64,
+                      steps=stage.steps, steps_per_iteration=min(150, stage.steps),
+                      num_train_tasks=stage.num_train_tasks)
+            .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"num_docs": NUM_DOCS})
+            .debugging(seed=seed))
+
+
+def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None,
+          seed: int = 0) -> dict:
+    """`config`'s SFT stage, written with its sft_summary.json to `out`; returns the summary."""
+    return sft.run(config(workflow, stage, num_eval_tasks, init, seed), Path(out).resolve())
 
 
 def build_all(workflow: str, out: Path, num_eval_tasks: int, stages: tuple[Stage, ...] | None = None,

@@ -85,25 +85,30 @@ mostly noise (docs/methods/search.md). ReSum's expert summarizes with the env's 
 question and the question it works on), which a 64-token summary holds whatever the number of searches."""
 
 
-def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None) -> dict:
+def config(workflow: str, stage: Stage, num_eval_tasks: int, init: str | Path | None = None) -> SFTConfig:
     """One SFT stage on `workflow`'s expert calls of the CPU task, from `init` (default: the embedded tiny model,
-    freshly initialised); writes the checkpoint to `out` and returns the summary."""
+    freshly initialised)."""
     # Absolute paths: the learner actors do not share this process's working directory.
     task_options = [{"num_objectives": n, "max_turns": env_config(n)["max_turns"]} for n in stage.objectives]
     task = table_env_config if stage.table_task else env_config
     env = {**task(max(stage.objectives)), **({"expert_notes": True} if stage.expert_notes else {})}
-    config = (SFTConfig()
-              .environment("memrl/Search-v0", env_config=env)
-              .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
-              .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
-              .training(lr=1e-3, lr_schedule=stage.lr_schedule,
-                        lr_decay_steps=stage.steps if stage.lr_schedule != "constant" else 0, batch_size=32,
-                        steps=stage.steps, steps_per_iteration=min(400, stage.steps),
-                        num_train_tasks=stage.num_train_tasks,
-                        task_options=task_options if len(stage.objectives) > 1 else [], probe_rows=stage.probe_rows)
-              .evaluation(evaluation_num_tasks=num_eval_tasks)
-              .debugging(seed=0))
-    return sft.run(config, out.resolve())
+    return (SFTConfig()
+            .environment("memrl/Search-v0", env_config=env)
+            .env_runners(workflow=workflow, workflow_config=workflow_config(workflow))
+            .learners(model_path=str(Path(init or default_model()).resolve()), num_learners=NUM_LEARNERS,
+                      token_budget=8192)
+            .training(lr=1e-3, lr_schedule=stage.lr_schedule,
+                      lr_decay_steps=stage.steps if stage.lr_schedule != "constant" else 0, batch_size=32,
+                      steps=stage.steps, steps_per_iteration=min(400, stage.steps),
+                      num_train_tasks=stage.num_train_tasks,
+                      task_options=task_options if len(stage.objectives) > 1 else [], probe_rows=stage.probe_rows)
+            .evaluation(evaluation_num_tasks=num_eval_tasks)
+            .debugging(seed=0))
+
+
+def build(workflow: str, out: Path, stage: Stage, num_eval_tasks: int, init: str | Path | None = None) -> dict:
+    """`config`'s SFT stage, written to `out`; returns the summary."""
+    return sft.run(config(workflow, stage, num_eval_tasks, init), out.resolve())
 
 
 def build_all(workflow: str, out: Path, stages: tuple[Stage, ...], num_eval_tasks: int) -> dict:

@@ -68,25 +68,29 @@ def build_copying(out: Path, stages=COPY_STAGES, num_train_tasks: int = 6000, nu
     return summary
 
 
-def build(workflow: str, out: Path, steps: int = STEPS, num_train_tasks: int = NUM_TRAIN_TASKS,
-          num_eval_tasks: int = 200, recall: float = EXPERT_RECALL, init: str | Path | None = None) -> dict:
-    """SFT of `workflow` on the CPU task's expert calls from `init` (default: the copying stage, COPYING); writes the
-    checkpoint to `out` and returns the summary."""
+def config(workflow: str, steps: int = STEPS, num_train_tasks: int = NUM_TRAIN_TASKS, num_eval_tasks: int = 200,
+           recall: float = EXPERT_RECALL, init: str | Path | None = None) -> SFTConfig:
+    """SFT of `workflow` on the CPU task's expert calls from `init` (default: the copying stage, COPYING)."""
     init = Path(init or COPYING)
     if not (init / "config.json").exists():
         raise FileNotFoundError(f"{init} holds no checkpoint; build the copying stage first: python "
                                 "tuned_examples/warm_starts/webshop_sft.py --workflow copying")
-    config = (SFTConfig()
-              .environment("memrl/WebShop-v0", env_config=env_config("train", recall))
-              .env_runners(workflow=workflow, workflow_config=workflow_config(workflow),
-                           max_calls_per_episode=MAX_TURNS)
-              # Absolute paths: the learner actors do not share this process's working directory.
-              .learners(model_path=str(init.resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
-              .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(300, steps),
-                        num_train_tasks=num_train_tasks)
-              .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"split": "val"})
-              .debugging(seed=0))
-    return sft.run(config, out.resolve())
+    return (SFTConfig()
+            .environment("memrl/WebShop-v0", env_config=env_config("train", recall))
+            .env_runners(workflow=workflow, workflow_config=workflow_config(workflow),
+                         max_calls_per_episode=MAX_TURNS)
+            # Absolute paths: the learner actors do not share this process's working directory.
+            .learners(model_path=str(init.resolve()), num_learners=NUM_LEARNERS, token_budget=8192)
+            .training(lr=1e-3, batch_size=32, steps=steps, steps_per_iteration=min(300, steps),
+                      num_train_tasks=num_train_tasks)
+            .evaluation(evaluation_num_tasks=num_eval_tasks, evaluation_env_config={"split": "val"})
+            .debugging(seed=0))
+
+
+def build(workflow: str, out: Path, steps: int = STEPS, num_train_tasks: int = NUM_TRAIN_TASKS,
+          num_eval_tasks: int = 200, recall: float = EXPERT_RECALL, init: str | Path | None = None) -> dict:
+    """`config`'s SFT, written to `out`; returns the summary."""
+    return sft.run(config(workflow, steps, num_train_tasks, num_eval_tasks, recall, init), out.resolve())
 
 
 def main() -> None:
