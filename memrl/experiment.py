@@ -246,7 +246,9 @@ def training_budget(checkpoint: str | Path) -> str:
         steps = "+".join(str(stage["steps"]) for stage in stages)
         schedules = [stage.get("optimizer", stage).get("lr_schedule", "constant") for stage in stages]
         lr = f", lr {'+'.join(schedules)}" if set(schedules) != {"constant"} else ""
-        return f"SFT {steps} steps x {stages[-1]['batch_size']} rows{lr}{_minutes(summaries)}"
+        rows = [str(stage["batch_size"]) for stage in stages]
+        rows = "+".join(rows) if len(set(rows)) > 1 else rows[-1]  # per stage where they differ
+        return f"SFT {steps} steps x {rows} rows{lr}{_minutes(summaries)}"
     return "not recorded"
 
 

@@ -67,6 +67,8 @@ QUICK = Budget(sft_steps=2, sft_rows=8, rl_iterations=1, trajectories=8, heldout
 """--quick: a check that every part runs, not a result."""
 SFT_EVAL_TASKS = 16
 """Greedy episodes the SFT itself scores (its summary; the table's scores come from the held-out tasks)."""
+LEARNERS = 2
+"""ZeRO-3 learners of every SFT and RL run (--quick: 1, which sums the same gradients)."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,8 @@ def cell_name(row: Row, column: Column) -> str:
     return f"{row.label.replace(' ', '_')}__{column.key}"
 
 
-def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str) -> AlgorithmConfig:
+def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str,
+              learners: int = LEARNERS) -> AlgorithmConfig:
     """The cell's RL: the row's algorithm on the column's task, the budget's trajectories and held-out tasks."""
     algorithm = ALGORITHMS[row.algorithm]
     cfg = column.rl(algorithm.config(), row.policies[column.key], model)
@@ -242,7 +245,7 @@ def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str
     return (cfg
             .env_runners(num_env_runners=1, num_envs_per_env_runner=64, engine=engine, max_tokens=column.max_tokens,
                          temperature=0.7, engine_config=engine_config)
-            .learners(model_path=str(model), num_learners=2, token_budget=32768)
+            .learners(model_path=str(model), num_learners=learners, token_budget=32768)
             .training(lr=1e-4, tasks_per_iteration=budget.trajectories // algorithm.group_size,
                       group_size=algorithm.group_size, **algorithm.settings)
             .evaluation(evaluation_num_tasks=budget.heldout_tasks,
@@ -250,7 +253,7 @@ def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str
             .debugging(seed=0, wandb_project="memrl-compare"))
 
 
-def run_cell(row: Row, column: Column, budget: Budget, out: Path, engine: str) -> dict:
+def run_cell(row: Row, column: Column, budget: Budget, out: Path, engine: str, learners: int = LEARNERS) -> dict:
     """Train and score one cell (or, for an evaluate-only baseline, score it); writes and returns cell.json."""
     where = out / cell_name(row, column)
     policy = row.policies[column.key]
@@ -268,13 +271,14 @@ def run_cell(row: Row, column: Column, budget: Budget, out: Path, engine: str) -
         warm = where / "warm_start"
         if not (warm / sft.SUMMARY_FILE).is_file():  # a cell stopped during RL keeps its warm-start
             cfg = column.sft(policy, budget.sft_steps)
-            cfg = (cfg.learners(model_path=str(INIT.resolve()))
+            cfg = (cfg.learners(model_path=str(INIT.resolve()), num_learners=learners)
+                   .evaluation(evaluation_num_tasks=min(SFT_EVAL_TASKS, budget.heldout_tasks))
                    .training(lr=1e-3, lr_schedule="linear", lr_warmup_steps=0, lr_decay_steps=budget.sft_steps,
                              lr_min_ratio=0.0, batch_size=budget.sft_rows, steps=budget.sft_steps,
                              steps_per_iteration=min(200, budget.sft_steps)))
             sft.run(cfg, warm.resolve())
-        summary = train(rl_config(row, column, warm.resolve(), budget, engine), budget.rl_iterations, where / "rl",
-                        column.metric)
+        summary = train(rl_config(row, column, warm.resolve(), budget, engine, learners), budget.rl_iterations,
+                        where / "rl", column.metric)
         after, before = summary["eval_after"], summary["eval_before"]
         record.update(trained=training_budget(where / "rl" / "model"),
                       score={k: after[f"{key}_{k}"] for k in ("mean", "ci_low", "ci_high")},
@@ -395,7 +399,7 @@ def main() -> None:
         init_ray(0)
         for i, (row, column) in enumerate(todo, 1):
             print(f"cell {i}/{len(todo)}: {row.label} on {column.label}", flush=True)
-            record = run_cell(row, column, budget, args.out, args.engine)
+            record = run_cell(row, column, budget, args.out, args.engine, 1 if args.quick else LEARNERS)
             print(f"  {interval(record['score'])} in {record['wall_s'] / 60:.1f} min", flush=True)
     data = make_table(args.out, results, budget)
     print(f"{len(data['cells'])} cells; wrote {results}/compare_table.md")

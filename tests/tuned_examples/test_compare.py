@@ -71,7 +71,8 @@ def test_quick_command_trains_a_cell_scores_a_baseline_and_keeps_done_cells(ray_
     compare.main()
     react = json.loads((tmp_path / "ReAct__search_1" / "cell.json").read_text())
     assert react["budget"] == compare.asdict(QUICK) and react["num_tasks"] == QUICK.heldout_tasks
-    assert react["trained"].startswith("SFT 300+2 steps") and "then RL 1 iterations" in react["trained"]
+    # The copying checkpoint's steps, then the cell's, each with its rows per step.
+    assert react["trained"].startswith("SFT 300+2 steps x 32+8 rows") and "then RL 1 iterations" in react["trained"]
     assert 0 <= react["score"]["ci_low"] <= react["score"]["mean"] <= react["score"]["ci_high"] <= 1
     assert react["peak_tokens"] > 0 and "change" in react
     rag = json.loads((tmp_path / "RAG_top-2__memory_store" / "cell.json").read_text())
