@@ -3,7 +3,7 @@
     python tuned_examples/compare.py                         # the CPU table (hours; rerun to go on: done cells stay)
     python tuned_examples/compare.py --columns search_1 webshop --rows ReAct ReSum   # some cells
     python tuned_examples/compare.py --table-only            # the table of the cells done so far
-    python tuned_examples/compare.py --quick --out /tmp/cmp --rows ReAct --columns search_1   # a check in minutes
+    python tuned_examples/compare.py --quick --rows ReAct --columns search_1   # a check in minutes
 
 A cell is one method (a row: its workflow and its RL algorithm) on one task (a column: an env of the CPU examples
 with its settings). Every trained cell starts from the same checkpoint (the embedded tiny model that learned to copy
@@ -12,7 +12,7 @@ text, tuned_examples/checkpoints/copying), takes the same SFT on its own scripte
 and two ZeRO-3 learners), and is scored greedily on the same held-out tasks after SFT and after RL. Baselines without
 a policy of their own (the memory-store answerer reading the raw chunks) are evaluated only, and say so. A cell
 writes <out>/<row>__<column>/ (the warm-start, the RL run and cell.json); a cell whose cell.json exists is not run
-again, and a cell.json of another budget is refused when the table is made, never mixed in silently. The table
+again, and a cell.json of another budget is refused before anything trains, never mixed in silently. The table
 (held-out score with its 95% interval after RL, the change RL made, peak tokens per call, each cell's budget) goes
 to --results as compare_table.json, .md and .png.
 """
@@ -381,27 +381,33 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", nargs="+", choices=sorted(ROWS), help="methods to run (default: all)")
     p.add_argument("--columns", nargs="+", choices=sorted(COLUMNS), help="tasks to run (default: all)")
-    p.add_argument("--out", type=Path, default=RUNS / "compare", help="where the cells are trained and kept")
+    p.add_argument("--out", type=Path, help="where the cells are trained and kept (default: runs/compare; "
+                   "with --quick, runs/compare_quick)")
     p.add_argument("--results", type=Path, help=f"where the table goes (default: {RESULTS}; with --quick, --out)")
     p.add_argument("--quick", action="store_true", help=f"a check that every part runs: {QUICK.words()}")
     p.add_argument("--table-only", action="store_true", help="make the table of the cells done, train nothing")
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="inference engine of every cell")
     args = p.parse_args()
     budget = QUICK if args.quick else BUDGET
-    results = args.results or (args.out if args.quick else RESULTS)
+    out = args.out or RUNS / ("compare_quick" if args.quick else "compare")
+    results = args.results or (out if args.quick else RESULTS)
     rows = [ROWS[r] for r in args.rows] if args.rows else list(ROWS.values())
     columns = [COLUMNS[c] for c in args.columns] if args.columns else list(COLUMNS.values())
+    try:
+        collect(out, budget)  # a cell of another budget there: refused now, not after hours of training
+    except ValueError as e:
+        p.error(str(e))
     if not args.table_only:
-        todo = [(r, c) for r, c in cells(rows, columns) if not (args.out / cell_name(r, c) / "cell.json").is_file()]
+        todo = [(r, c) for r, c in cells(rows, columns) if not (out / cell_name(r, c) / "cell.json").is_file()]
         if args.rows or args.columns:
             if not cells(rows, columns):
                 p.error("none of the --rows applies to any of the --columns")
         init_ray(0)
         for i, (row, column) in enumerate(todo, 1):
             print(f"cell {i}/{len(todo)}: {row.label} on {column.label}", flush=True)
-            record = run_cell(row, column, budget, args.out, args.engine, 1 if args.quick else LEARNERS)
+            record = run_cell(row, column, budget, out, args.engine, 1 if args.quick else LEARNERS)
             print(f"  {interval(record['score'])} in {record['wall_s'] / 60:.1f} min", flush=True)
-    data = make_table(args.out, results, budget)
+    data = make_table(out, results, budget)
     print(f"{len(data['cells'])} cells; wrote {results}/compare_table.md")
 
 

@@ -49,7 +49,7 @@ def _record(row: str, column: str, budget=QUICK, score=0.5) -> dict:
             "change": {"mean": 0.1, "ci_low": -0.05, "ci_high": 0.25}, "peak_tokens": 123.0, "num_tasks": 4}
 
 
-def test_the_table_marks_missing_and_inapplicable_cells_and_refuses_another_budget(tmp_path):
+def test_the_table_marks_missing_and_inapplicable_cells_and_refuses_another_budget(tmp_path, monkeypatch, capsys):
     cell = tmp_path / cell_name(ROWS["ReAct"], COLUMNS["search_1"]) / "cell.json"
     cell.parent.mkdir()
     cell.write_text(json.dumps(_record("ReAct", "search_1")))
@@ -61,6 +61,11 @@ def test_the_table_marks_missing_and_inapplicable_cells_and_refuses_another_budg
     assert "+0.100 [-0.050, +0.250], 123" in table and (tmp_path / "results" / "compare_table.png").is_file()
     with pytest.raises(ValueError, match="was trained with .* not this table's"):
         make_table(tmp_path, tmp_path / "results", BUDGET)
+    # The command refuses it before it trains anything.
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--out", str(tmp_path), "--rows", "ReAct"])
+    with pytest.raises(SystemExit):
+        compare.main()
+    assert "not this table's" in capsys.readouterr().err
 
 
 @pytest.mark.slow
