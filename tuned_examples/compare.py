@@ -314,37 +314,39 @@ def interval(score: dict) -> str:
     return f"{score['mean']:.3f} [{score['ci_low']:.3f}, {score['ci_high']:.3f}]"
 
 
-def markdown(found: dict, budget: Budget) -> str:
-    """The score table, the RL change and peak-tokens table, and each cell's budget."""
+def grid(found: dict, text: Callable[[dict], str]) -> str:
+    """A Markdown table of every row and column: text(record) for a cell done, else "not run yet" or n/a."""
     columns = list(COLUMNS.values())
-    head = "| method | " + " | ".join(c.label for c in columns) + " |\n|---|" + "---|" * len(columns) + "\n"
-    scores, costs = head, head
+    lines = ["| method | " + " | ".join(c.label for c in columns) + " |", "|---|" + "---|" * len(columns)]
     for row in ROWS.values():
-        score_cells, cost_cells = [], []
-        for column in columns:
-            record = found.get((row.label, column.key))
-            if column.key not in row.policies:
-                score_cells.append(NOT_APPLICABLE), cost_cells.append(NOT_APPLICABLE)
-            elif record is None:
-                score_cells.append("not run yet"), cost_cells.append("not run yet")
-            else:
-                mark = "" if "change" in record else " (evaluated only)"
-                score_cells.append(interval(record["score"]) + mark)
-                change = (f"{record['change']['mean']:+.3f} [{record['change']['ci_low']:+.3f}, "
-                          f"{record['change']['ci_high']:+.3f}], " if "change" in record else "")
-                cost_cells.append(f"{change}{record['peak_tokens']:.0f}")
-        scores += f"| {row.label} | " + " | ".join(score_cells) + " |\n"
-        costs += f"| {row.label} | " + " | ".join(cost_cells) + " |\n"
-    metrics = ", ".join(f"{c.label}: {c.metric or 'reward'}" for c in columns)
+        cells_here = [NOT_APPLICABLE if column.key not in row.policies else
+                      text(found[row.label, column.key]) if (row.label, column.key) in found else "not run yet"
+                      for column in columns]
+        lines.append(f"| {row.label} | " + " | ".join(cells_here) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(found: dict, budget: Budget) -> str:
+    """The scores after RL, the scores after SFT, RL's change with the peak tokens per call, each cell's budget."""
+    only = " (evaluated only)"
+    after = grid(found, lambda r: interval(r["score"]) + ("" if "change" in r else only))
+    before = grid(found, lambda r: interval(r["warm_start_score"] if "change" in r else r["score"])
+                  + ("" if "change" in r else only))
+    costs = grid(found, lambda r: (f"{r['change']['mean']:+.3f} [{r['change']['ci_low']:+.3f}, "
+                                   f"{r['change']['ci_high']:+.3f}], " if "change" in r else "")
+                 + f"{r['peak_tokens']:.0f}")
+    metrics = ", ".join(f"{c.label}: {c.metric or 'reward'}" for c in COLUMNS.values())
     budgets = "| cell | trained with |\n|---|---|\n" + "".join(
         f"| {row} on {COLUMNS[col].label} | {record['trained']} |\n" for (row, col), record in found.items())
-    return (f"Held-out score after RL [95% interval] ({metrics}); every trained cell: {budget.words()}.\n\n{scores}\n"
+    return (f"Held-out score after RL [95% interval] ({metrics}); every trained cell: {budget.words()}.\n\n"
+            f"{after}\nThe same tasks after SFT, before RL:\n\n{before}\n"
             f"Change RL made on the same tasks [95% interval], then peak tokens per call (mean over tasks of each "
             f"task's largest call):\n\n{costs}\n{budgets}")
 
 
 def plot(found: dict, path: Path) -> None:
-    """One panel per column: each method's held-out score with its interval."""
+    """One panel per column: each method's held-out score after RL with its interval (gray: evaluated only), and a
+    black mark where it stood after SFT."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -358,6 +360,8 @@ def plot(found: dict, path: Path) -> None:
             s = record["score"]
             ax.barh(i, s["mean"], xerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]], capsize=3,
                     color="tab:gray" if "change" not in record else "tab:blue")
+            if "change" in record:
+                ax.plot(record["warm_start_score"]["mean"], i, marker="|", markersize=14, color="black")
         ax.set_yticks(range(len(here)), [row for row, _ in here])
         ax.set_title(column.label, fontsize=9)
         ax.set_xlabel(column.metric or "reward")

@@ -46,6 +46,7 @@ def test_every_applicable_cell_makes_whole_configs_of_the_same_budget(row, colum
 def _record(row: str, column: str, budget=QUICK, score=0.5) -> dict:
     return {"row": row, "column": column, "policy": ROWS[row].policies[column], "budget": compare.asdict(budget),
             "metric": "reward", "trained": "SFT 2 steps", "score": {"mean": score, "ci_low": 0.25, "ci_high": 0.75},
+            "warm_start_score": {"mean": 0.4, "ci_low": 0.15, "ci_high": 0.65},
             "change": {"mean": 0.1, "ci_low": -0.05, "ci_high": 0.25}, "peak_tokens": 123.0, "num_tasks": 4}
 
 
@@ -58,6 +59,7 @@ def test_the_table_marks_missing_and_inapplicable_cells_and_refuses_another_budg
     table = (tmp_path / "results" / "compare_table.md").read_text()
     react = next(line for line in table.splitlines() if line.startswith("| ReAct |"))
     assert react == "| ReAct | n/a | 0.500 [0.250, 0.750] | not run yet | not run yet | n/a | n/a |"
+    assert "| ReAct | n/a | 0.400 [0.150, 0.650] | not run yet |" in table  # after SFT, before RL
     assert "+0.100 [-0.050, +0.250], 123" in table and (tmp_path / "results" / "compare_table.png").is_file()
     with pytest.raises(ValueError, match="was trained with .* not this table's"):
         make_table(tmp_path, tmp_path / "results", BUDGET)
