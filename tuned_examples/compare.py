@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -91,7 +92,7 @@ ALGORITHMS = {
 """The algorithms of the rows, with the settings their CPU examples use."""
 
 
-class Column:
+class Column(ABC):
     """A CPU task: how a policy of it is warm-started (its SFT config from INIT) and trained (its RL env, workflow and
     services), and the score of its table cell (`metric`: an env figure, or None for the reward)."""
 
@@ -100,11 +101,13 @@ class Column:
     metric: str | None = None
     max_tokens: int
 
+    @abstractmethod
     def sft(self, policy: str, steps: int) -> SFTConfig:
-        raise NotImplementedError
+        """The SFT of `policy` on this task's expert for `steps` steps (the budget's other settings come on top)."""
 
+    @abstractmethod
     def rl(self, cfg: AlgorithmConfig, policy: str, model: Path) -> AlgorithmConfig:
-        raise NotImplementedError
+        """`cfg` with this task's env, `policy`'s workflow and the services it needs, for `model`."""
 
 
 class ChunkStream(Column):
