@@ -256,19 +256,22 @@ def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str
             .debugging(seed=0, wandb_project="memrl-compare"))
 
 
+def scored(figures: dict, key: str) -> dict:
+    """The mean of held-out figure `key` and its 95% interval, from an evaluation's figures (heldout_summary)."""
+    return {k: figures[f"{key}_{k}"] for k in ("mean", "ci_low", "ci_high")}
+
+
 def run_cell(row: Row, column: Column, budget: Budget, out: Path, engine: str, learners: int = LEARNERS) -> dict:
     """Train and score one cell (or, for an evaluate-only baseline, score it); writes and returns cell.json."""
     where = out / cell_name(row, column)
     policy = row.policies[column.key]
     start = time.perf_counter()
-    record = {"row": row.label, "column": column.key, "policy": policy, "budget": asdict(budget),
-              "metric": column.metric or "reward"}
     key = column.metric or "reward"
+    record = {"row": row.label, "column": column.key, "policy": policy, "budget": asdict(budget), "metric": key}
     if column.key in row.evaluate_only:
         ev = column.evaluate_only(policy, budget.heldout_tasks, engine)
         record.update(trained="no policy to train: the task's answerer reads the chunks",
-                      score={k: ev[f"{key}_{s}"] for k, s in (("mean", "mean"), ("ci_low", "ci_low"),
-                                                               ("ci_high", "ci_high"))},
+                      score=scored(ev, key),
                       peak_tokens=ev["peak_context_tokens_mean"], num_tasks=int(ev["num_tasks"]))
     else:
         warm = where / "warm_start"
@@ -284,12 +287,11 @@ def run_cell(row: Row, column: Column, budget: Budget, out: Path, engine: str, l
                         where / "rl", column.metric)
         after, before = summary["eval_after"], summary["eval_before"]
         record.update(trained=training_budget(where / "rl" / "model"),
-                      score={k: after[f"{key}_{k}"] for k in ("mean", "ci_low", "ci_high")},
-                      warm_start_score={k: before[f"{key}_{k}"] for k in ("mean", "ci_low", "ci_high")},
+                      score=scored(after, key), warm_start_score=scored(before, key),
                       change=summary["change"], peak_tokens=after["peak_context_tokens_mean"],
                       num_tasks=int(after["num_tasks"]))
     record["wall_s"] = time.perf_counter() - start
-    (where / "cell.json").parent.mkdir(parents=True, exist_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
     (where / "cell.json").write_text(json.dumps(record, indent=1))
     return record
 
