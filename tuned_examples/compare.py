@@ -333,10 +333,11 @@ def grid(found: dict, text: Callable[[dict], str]) -> str:
 
 def markdown(found: dict, budget: Budget) -> str:
     """The scores after RL, the scores after SFT, RL's change with the peak tokens per call, each cell's budget."""
-    only = " (evaluated only)"
-    after = grid(found, lambda r: interval(r["score"]) + ("" if "change" in r else only))
-    before = grid(found, lambda r: interval(r["warm_start_score"] if "change" in r else r["score"])
-                  + ("" if "change" in r else only))
+    def shown(record: dict, key: str) -> str:  # an evaluate-only cell has one score, before and after alike
+        return interval(record.get(key, record["score"])) + ("" if "change" in record else " (evaluated only)")
+
+    after = grid(found, lambda r: shown(r, "score"))
+    before = grid(found, lambda r: shown(r, "warm_start_score"))
     costs = grid(found, lambda r: (f"{r['change']['mean']:+.3f} [{r['change']['ci_low']:+.3f}, "
                                    f"{r['change']['ci_high']:+.3f}], " if "change" in r else "")
                  + f"{r['peak_tokens']:.0f}")
