@@ -298,32 +298,37 @@ def _per_question(metadata: dict, key: str, n: int, where: str) -> list[str | No
 
 def load_memoryagentbench(path: str | Path, chunk_tokens: int = MAB_CHUNK_TOKENS, tokenizer_path: str | None = None
                           ) -> tuple[BenchmarkInstance, ...]:
-    """A MemoryAgentBench split (.parquet as on Hugging Face, or .json / .jsonl rows): one instance per row, its
-    context cut by `chunk_context`, its questions with their ids, types and dates from `metadata` where given."""
-    instances = []
-    for index, (record, where) in enumerate(_records(path)):
-        context = _text(_need(record, "context", where, "the long text to memorise"), where, "context")
-        if not context.strip():
-            raise ValueError(f"{where}: 'context' is empty")
-        metadata = record.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ValueError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
-        source = metadata.get("source") or ""
-        instance_id = f"{source}#{index}"
-        where = f"{where} (source {source!r})"
-        questions = _need(record, "questions", where, "a list of questions")
-        questions = [questions] if isinstance(questions, str) else _list(questions, where, "questions")
-        golds = _mab_answers(questions, _need(record, "answers", where, "one answer list per question"), where)
-        ids, types, dates = (_per_question(metadata, key, len(questions), where)
-                             for key in ("question_ids", "question_types", "question_dates"))
-        instances.append(BenchmarkInstance(
-            "memoryagentbench", instance_id,
-            tuple(BenchmarkChunk(text) for text in chunk_context(context, chunk_tokens, tokenizer_path)),
-            tuple(BenchmarkQuestion(question_id=ids[i] or f"{instance_id}#{i}",
-                                    question=_text(q, f"{where} questions[{i}]", "questions"), answers=gold,
-                                    category=types[i], date=dates[i], abstention="_abs" in (ids[i] or ""))
-                  for i, (q, gold) in enumerate(zip(questions, golds)))))
-    return tuple(instances)
+    """A MemoryAgentBench split (.parquet as on Hugging Face, or .json / .jsonl rows): one instance per row
+    (`mab_instance`)."""
+    return tuple(mab_instance(record, where, index, chunk_tokens, tokenizer_path)
+                 for index, (record, where) in enumerate(_records(path)))
+
+
+def mab_instance(record, where: str, index: int, chunk_tokens: int = MAB_CHUNK_TOKENS,
+                 tokenizer_path: str | None = None) -> BenchmarkInstance:
+    """The instance of MemoryAgentBench row `index` (labelled `where` in errors): its context cut by `chunk_context`,
+    its questions with their ids, types and dates from `metadata` where given."""
+    context = _text(_need(record, "context", where, "the long text to memorise"), where, "context")
+    if not context.strip():
+        raise ValueError(f"{where}: 'context' is empty")
+    metadata = record.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
+    source = metadata.get("source") or ""
+    instance_id = f"{source}#{index}"
+    where = f"{where} (source {source!r})"
+    questions = _need(record, "questions", where, "a list of questions")
+    questions = [questions] if isinstance(questions, str) else _list(questions, where, "questions")
+    golds = _mab_answers(questions, _need(record, "answers", where, "one answer list per question"), where)
+    ids, types, dates = (_per_question(metadata, key, len(questions), where)
+                         for key in ("question_ids", "question_types", "question_dates"))
+    return BenchmarkInstance(
+        "memoryagentbench", instance_id,
+        tuple(BenchmarkChunk(text) for text in chunk_context(context, chunk_tokens, tokenizer_path)),
+        tuple(BenchmarkQuestion(question_id=ids[i] or f"{instance_id}#{i}",
+                                question=_text(q, f"{where} questions[{i}]", "questions"), answers=gold,
+                                category=types[i], date=dates[i], abstention="_abs" in (ids[i] or ""))
+              for i, (q, gold) in enumerate(zip(questions, golds))))
 
 
 def load_benchmark(name: str, path: str | Path, **kwargs) -> tuple[BenchmarkInstance, ...]:

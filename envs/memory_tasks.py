@@ -5,7 +5,8 @@ files the Mem-α authors and MemoryAgentBench publish.
   JSON list of strings, or the list itself), "questions_and_answers" (a JSON list of {"question", "answer"
   [, "evidence_idx"]}), "data_source", "metadata", "num_chunks", "num_questions"}.
 - MemoryAgentBench rows: {"context" (one long text), "questions" [...], "answers" [[...] per question],
-  "metadata": {"source", ...}}; the context is cut into chunks of `chunk_tokens` tokens here.
+  "metadata": {"source", ...}}, read by the benchmark harness's reader (memory_benchmarks.mab_instance), its context
+  packed by sentences into chunks of `chunk_tokens` tokens.
 Errors name the file, the row and the key. A question whose gold answers are all empty (or missing) cannot be scored:
 it is left out with a warning naming the row and the question, and so is a row left without questions; other empty
 golds beside a real one are dropped. A file without one scorable row is an error.
@@ -123,29 +124,19 @@ def task_from_memalpha_row(row, where: str) -> MemoryTask:
                       questions=_scorable(questions, at), data_source=str(row.get("data_source", "")))
 
 
-def task_from_benchmark_row(row, where: str, chunk_tokens: int, tokenizer_path: str | None = None) -> MemoryTask:
-    """A task from a MemoryAgentBench row: its context cut into chunks of at most `chunk_tokens` tokens (whitespace
-    words without a tokenizer)."""
-    from memrl_envs.chunk_stream import TokenCounter, chunk_documents
+def task_from_benchmark_row(row, where: str, index: int, chunk_tokens: int, tokenizer_path: str | None = None
+                            ) -> MemoryTask:
+    """A task from MemoryAgentBench row `index`, read as the benchmark harness reads it (`memory_benchmarks.
+    mab_instance`: its context packed by sentences into chunks of at most `chunk_tokens` tokens, whitespace words
+    without a tokenizer); empty golds are dropped as for the authors' rows."""
+    from memrl_envs.memory_benchmarks import mab_instance
 
-    if not isinstance(row, dict):
-        raise TypeError(f"{where}: a row must be an object, got {type(row).__name__}")
-    context = _need(row, "context", where)
-    if not isinstance(context, str) or not context.strip():
-        raise ValueError(f"{where}: 'context' must be a non-empty string")
-    questions = _strings(_need(row, "questions", where), where, "questions")
-    answers = _need(row, "answers", where)
-    if not isinstance(answers, (list, tuple)) or len(answers) != len(questions):
-        raise ValueError(f"{where}: 'answers' must hold one entry per question ({len(questions)}), got {answers!r}")
-    metadata = _decoded(row.get("metadata") or {}, where, "metadata")
-    source = metadata.get("source", "") if isinstance(metadata, dict) else ""
-    chunks = chunk_documents(printable(context.strip()).split("\n"), chunk_tokens, TokenCounter(tokenizer_path))
-    return MemoryTask(
-        instance_id=str(row.get("id", where)), prompt="", chunks=tuple(chunks), data_source=str(source),
-        questions=_scorable([MemoryQuestion(q, _golds(a, f"{where} answer {i}", "answers"))
-                             for i, (q, a) in enumerate(zip(questions, answers))],
-                            [f"{where} question {i}" for i in range(len(questions))]),
-    )
+    instance = mab_instance(row, where, index, chunk_tokens, tokenizer_path)
+    source = instance.instance_id.rpartition("#")[0]
+    questions = [MemoryQuestion(q.question, tuple(a for a in q.answers if a.strip())) for q in instance.questions]
+    return MemoryTask(instance_id=instance.instance_id, prompt="", chunks=tuple(c.text for c in instance.chunks),
+                      questions=_scorable(questions, [f"{where} question {i}" for i in range(len(questions))]),
+                      data_source=source)
 
 
 def load_memory_tasks(path: str | Path, chunk_tokens: int = 2048, tokenizer_path: str | None = None
@@ -162,10 +153,10 @@ def load_memory_tasks(path: str | Path, chunk_tokens: int = 2048, tokenizer_path
 def _load_memory_tasks(path: str, mtime_ns: int, chunk_tokens: int, tokenizer_path: str | None
                        ) -> tuple[MemoryTask, ...]:
     tasks, rows = [], 0
-    for row, where in read_rows(path):
+    for index, (row, where) in enumerate(read_rows(path)):
         rows += 1
         if isinstance(row, dict) and "chunks" not in row and "context" in row:
-            task = task_from_benchmark_row(row, where, chunk_tokens, tokenizer_path)
+            task = task_from_benchmark_row(row, where, index, chunk_tokens, tokenizer_path)
         else:
             task = task_from_memalpha_row(row, where)
         if task.questions:

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from memrl_envs.memory_benchmarks import load_memoryagentbench
 from memrl_envs.memory_tasks import MemoryQuestion, MemoryTask, load_memory_tasks
 
 CHUNKS = ["At 2024/01/02 Kema said: I moved to Hulport.", "At 2024/01/05 Dulia said: Kema works for Quovex – früh."]
@@ -41,9 +42,12 @@ def test_memoryagentbench_rows_are_chunked_by_the_loader(tmp_path):
            "answers": [["city 7"], ["city 30", "30"]], "metadata": {"source": "eventqa_full"}}
     (tmp_path / "mab.jsonl").write_text(json.dumps(row) + "\n")
     (task,) = load_memory_tasks(tmp_path / "mab.jsonl", chunk_tokens=20)
-    assert "".join(task.chunks) == context and len(task.chunks) > 10
+    # Packed by sentences as the benchmark harness packs them: consecutive pieces of the context, line breaks between.
+    assert "\n".join(task.chunks) == context and len(task.chunks) > 10
     assert all(len(chunk.split()) <= 20 for chunk in task.chunks)
-    assert task.data_source == "eventqa_full" and task.questions[1].answers == ("city 30", "30")
+    assert task.chunks == tuple(c.text for c in load_memoryagentbench(tmp_path / "mab.jsonl", 20)[0].chunks)
+    assert task.data_source == "eventqa_full" and task.instance_id == "eventqa_full#0"
+    assert task.questions[1].answers == ("city 30", "30")
 
 
 @pytest.mark.parametrize("row, message", [
@@ -54,8 +58,8 @@ def test_memoryagentbench_rows_are_chunked_by_the_loader(tmp_path):
      r"row 0 question 0: no 'question' key"),
     ({"chunks": json.dumps(CHUNKS), "questions_and_answers": json.dumps([{"question": "q", "answer": {"a": 1}}])},
      r"row 0 question 0: 'answer' must be a string, a number or a list of them"),
-    ({"context": "c", "questions": ["q1", "q2"], "answers": [["a"]]}, r"row 0: 'answers' must hold one entry per"),
-    ({"context": "", "questions": ["q"], "answers": [["a"]]}, r"row 0: 'context' must be a non-empty string"),
+    ({"context": "c", "questions": ["q1", "q2"], "answers": [["a"]]}, r"row 0 \(source ''\): 'answers' must hold one entry per"),
+    ({"context": "", "questions": ["q"], "answers": [["a"]]}, r"row 0: 'context' is empty"),
 ])
 def test_bad_rows_name_file_row_and_key(tmp_path, row, message):
     path = tmp_path / "bad.json"
