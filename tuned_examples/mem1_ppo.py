@@ -17,15 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import PPOConfig
-from memrl_tuned_examples.tasks.search import (
-    HELDOUT,
-    MAX_TOKENS,
-    env_config,
-    paper_preset,
-    run_search_example,
-    warm_start,
-    workflow_config,
-)
+from memrl_tuned_examples.tasks.search import cpu_preset, paper_preset, run_search_example
 
 CPU_ITERATIONS = 43
 """Training iterations of the CPU default (about 20 s each)."""
@@ -37,16 +29,8 @@ PAPER = {"tasks_per_iteration": 64, "lr": 1e-6, "critic_lr": 1e-5, "max_turns": 
 def config(model: str | Path | None = None) -> PPOConfig:
     """The CPU default: 64 tasks per iteration (one trajectory each, MEM1's batch), one vLLM engine, 2 + 2 ZeRO-3
     learners."""
-    model = str(model or warm_start("mem1"))
-    return (PPOConfig()
-            .environment("memrl/Search-v0", env_config=env_config())
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="mem1",
-                         workflow_config=workflow_config("mem1"), engine="vllm", max_tokens=MAX_TOKENS,
-                         engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=64)
-            .evaluation(**HELDOUT)
-            .debugging(seed=0, wandb_project="memrl-mem1"))
+    return (cpu_preset(PPOConfig(), "mem1", model, temperature=1.0)
+            .training(lr=1e-4, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=64))
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> PPOConfig:

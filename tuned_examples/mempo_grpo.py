@@ -24,15 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import MemPOConfig
-from memrl_tuned_examples.tasks.search import (
-    HELDOUT,
-    MAX_TOKENS,
-    env_config,
-    paper_preset,
-    run_search_example,
-    warm_start,
-    workflow_config,
-)
+from memrl_tuned_examples.tasks.search import cpu_preset, paper_preset, run_search_example
 
 CPU_ITERATIONS = 60
 """Training iterations of the CPU default (about 15 s each)."""
@@ -43,16 +35,8 @@ PAPER = {"group_size": 16, "lr": 1e-6, "max_turns": 16, "tasks_per_iteration": 8
 def config(model: str | Path | None = None) -> MemPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration sampled at temperature 0.7, the memory advantage at
     the paper's weight, one vLLM engine, two ZeRO-3 learners."""
-    model = str(model or warm_start("mempo"))
-    return (MemPOConfig()
-            .environment("memrl/Search-v0", env_config=env_config())
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="mempo",
-                         workflow_config=workflow_config("mempo"), engine="vllm", max_tokens=MAX_TOKENS,
-                         temperature=0.7, engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8, memory_advantage_coef=1.0)
-            .evaluation(**HELDOUT)
-            .debugging(seed=0, wandb_project="memrl-mempo"))
+    return cpu_preset(MemPOConfig(), "mempo", model).training(lr=1e-4, tasks_per_iteration=8, group_size=8,
+                                                              memory_advantage_coef=1.0)
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> MemPOConfig:

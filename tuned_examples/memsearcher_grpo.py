@@ -22,15 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import GRPOConfig
-from memrl_tuned_examples.tasks.search import (
-    HELDOUT,
-    MAX_TOKENS,
-    env_config,
-    paper_preset,
-    run_search_example,
-    warm_start,
-    workflow_config,
-)
+from memrl_tuned_examples.tasks.search import cpu_preset, paper_preset, run_search_example
 
 CPU_ITERATIONS = 40
 """Training iterations of the CPU default (about 20 s each)."""
@@ -43,16 +35,8 @@ rollouts, temperature 1, KL 1e-3, clip 0.2; 5 turns in training, a memory of at 
 def config(model: str | Path | None = None) -> GRPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration sampled at temperature 0.7, advantages against the
     group mean, one vLLM engine, two ZeRO-3 learners."""
-    model = str(model or warm_start("memsearcher"))
-    return (GRPOConfig()
-            .environment("memrl/Search-v0", env_config={**env_config(), "reward": "f1"})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="memsearcher",
-                         workflow_config=workflow_config("memsearcher"), engine="vllm", max_tokens=MAX_TOKENS,
-                         temperature=0.7, engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8, norm_adv_by_std=False)
-            .evaluation(**HELDOUT)
-            .debugging(seed=0, wandb_project="memrl-memsearcher"))
+    return cpu_preset(GRPOConfig(), "memsearcher", model, reward="f1").training(
+        lr=1e-4, tasks_per_iteration=8, group_size=8, norm_adv_by_std=False)
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None) -> GRPOConfig:

@@ -23,15 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.algorithms import GRPOConfig
-from memrl_tuned_examples.tasks.search import (
-    HELDOUT,
-    MAX_TOKENS,
-    env_config,
-    paper_preset,
-    run_search_example,
-    warm_start,
-    workflow_config,
-)
+from memrl_tuned_examples.tasks.search import cpu_preset, paper_preset, run_search_example
 
 CPU_ITERATIONS = 80
 """Training iterations of the CPU default (about 10 s each)."""
@@ -44,16 +36,8 @@ and the search presets' GRPO settings (group of 8, lr 1e-6)."""
 def config(model: str | Path | None = None) -> GRPOConfig:
     """The CPU default: 8 tasks x 8 trajectories per iteration sampled at temperature 0.7, one vLLM engine, two
     ZeRO-3 learners."""
-    model = str(model or warm_start("resum"))
-    return (GRPOConfig()
-            .environment("memrl/Search-v0", env_config={**env_config(), "reward": "em_sum"})
-            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow="resum",
-                         workflow_config=workflow_config("resum"), engine="vllm", max_tokens=MAX_TOKENS,
-                         temperature=0.7, engine_config={"kv_cache_bytes": 256 * 1024**2})
-            .learners(model_path=model, num_learners=2, token_budget=32768)
-            .training(lr=1e-4, tasks_per_iteration=8, group_size=8)
-            .evaluation(**HELDOUT)
-            .debugging(seed=0, wandb_project="memrl-resum"))
+    return cpu_preset(GRPOConfig(), "resum", model, reward="em_sum").training(lr=1e-4, tasks_per_iteration=8,
+                                                                             group_size=8)
 
 
 def paper_config(model: str, num_gpus: int, qa_path: str | None, retriever: str | None,

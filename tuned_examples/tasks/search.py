@@ -100,6 +100,23 @@ def warm_start(workflow: str, multi: bool = False) -> Path:
     return CHECKPOINTS / f"{workflow}{'_multi' if multi else ''}_search_sft"
 
 
+def cpu_preset(config: AlgorithmConfig, workflow: str, model: str | Path | None = None, *,
+               reward: str | None = None, temperature: float = 0.7) -> AlgorithmConfig:
+    """What the search examples' CPU defaults share, on `config` (the example then sets its training settings): the
+    CPU task's search env (its reward `reward` when given), two env runners of 32 envs each running `workflow` with
+    its CPU options, sampled at `temperature` from one vLLM engine with a 256 MiB KV cache, two ZeRO-3 learners
+    from `model` (default: the workflow's shipped warm-start), the held-out evaluation, seed 0 and a wandb project
+    named after the workflow."""
+    env = {**env_config(), "reward": reward} if reward else env_config()
+    return (config.environment("memrl/Search-v0", env_config=env)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=32, workflow=workflow,
+                         workflow_config=workflow_config(workflow), engine="vllm", max_tokens=MAX_TOKENS,
+                         temperature=temperature, engine_config={"kv_cache_bytes": 256 * 1024**2})
+            .learners(model_path=str(model or warm_start(workflow)), num_learners=2, token_budget=32768)
+            .evaluation(**HELDOUT)
+            .debugging(seed=0, wandb_project=f"memrl-{workflow}"))
+
+
 def paper_preset(config: AlgorithmConfig, workflow: str, reward: str, max_turns: int, model: str, num_gpus: int,
                  qa_path: str | None = None, retriever: str | None = None, *, max_tokens: int = 1024,
                  workflow_config: dict | None = None) -> AlgorithmConfig:
