@@ -46,6 +46,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="GPU runs: print the memory plan of each learner and engine "
                    "GPU (memrl.memory_plan) and exit")
     p.add_argument("--iterations", type=int, help="training iterations (default: the example's own)")
+    p.add_argument("--seed", type=int, help="the run's seed (debugging.seed; default: the example's own), e.g. to "
+                   "repeat an example over seeds; its run directory is then runs/<example>_seed<N>")
     p.add_argument("--out", type=Path, help="run directory (default: runs/<example>)")
     p.add_argument("--verbose", action="store_true",
                    help="show every library's log (vLLM, Ray actors, DeepSpeed, wandb); same as MEMRL_VERBOSE=1")
@@ -168,6 +170,8 @@ def run_example(p: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         iterations = args.iterations or gpu_iterations
     else:
         cfg, iterations = cpu_config(), args.iterations or cpu_iterations
+    if args.seed is not None:
+        cfg, name = cfg.debugging(seed=args.seed), f"{name}_seed{args.seed}"
     return train(cfg, iterations, args.out or RUNS / name, metric)
 
 

@@ -123,3 +123,18 @@ def test_write_table_writes_the_json_the_table_and_the_plot(tmp_path):
     write_table(tmp_path / "out", "t", {"rows": [1]}, "| a |\n", lambda p: p.write_bytes(b"png"))
     assert json.loads((tmp_path / "out" / "t.json").read_text()) == {"rows": [1]}
     assert (tmp_path / "out" / "t.md").read_text() == "| a |\n" and (tmp_path / "out" / "t.png").read_bytes() == b"png"
+
+
+def test_seed_flag_sets_the_runs_seed_and_its_own_run_directory(monkeypatch):
+    import memrl.experiment as experiment
+
+    runs = []
+    monkeypatch.setattr(experiment, "init_ray", lambda num_gpus: None)
+    monkeypatch.setattr(experiment, "train", lambda cfg, iterations, out, metric=None: runs.append(
+        (cfg.debugging_cfg.seed, str(out))))
+    for argv in ([], ["--seed", "3"], ["--seed", "3", "--out", "elsewhere"]):
+        p = experiment.parser("an example")
+        config = DAPOConfig().debugging(seed=0)
+        experiment.run_example(p, p.parse_args(argv), "an_example", lambda: config, lambda: config, 1)
+    assert runs == [
+        (0, "runs/an_example"), (3, "runs/an_example_seed3"), (3, "elsewhere")]

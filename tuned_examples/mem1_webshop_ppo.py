@@ -2,7 +2,9 @@
 and GAE) on each trajectory stitched into one sequence, on the shop's purchase reward.
 
 CPU default:              python tuned_examples/mem1_webshop_ppo.py
-The ReAct baseline:       python tuned_examples/mem1_webshop_ppo.py --workflow webshop_react   # same budget
+The ReAct baselines:      python tuned_examples/mem1_webshop_ppo.py --workflow webshop_react   # same budget
+                          python tuned_examples/mem1_webshop_ppo.py --workflow webshop_react_truncated
+Over seeds:               python tuned_examples/mem1_webshop_ppo.py --seed 1   # runs/mem1_webshop_ppo_seed1
 GPUs, the paper's preset: python tuned_examples/mem1_webshop_ppo.py --model /ckpt/Qwen2.5-7B --num-gpus 4 \\
                               [--data /data/webshop]
 
@@ -11,7 +13,8 @@ builds, on the CPU task of tuned_examples/tasks/webshop.py (the generated catalo
 for a reply without an action), trains with PPO on a vLLM engine, two DeepSpeed ZeRO-3 policy learners and two critic
 learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
 trains the full-history ReAct baseline from its own warm-start with the same settings and budget (written to
-runs/mem1_webshop_ppo_react). --data points the GPU preset at the original WebShop files
+runs/mem1_webshop_ppo_react), and --workflow webshop_react_truncated the ReAct baseline whose context keeps the latest
+turns that fit its window, from the same warm-start (runs/mem1_webshop_ppo_react_truncated). --data points the GPU preset at the original WebShop files
 (memrl_envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
 """
 
@@ -29,8 +32,8 @@ PAPER = {"tasks_per_iteration": 64, "lr": 1e-6, "critic_lr": 1e-5, "max_tokens":
 """MEM1's published RL settings (batch 64, actor lr 1e-6, critic lr 1e-5, temperature 1), at most 10 turns."""
 
 
-WORKFLOWS = ("webshop_mem1", "webshop_react")
-"""Policies this example trains: MEM1, or the ReAct baseline (webshop_eval.py runs it truncated as well)."""
+WORKFLOWS = ("webshop_mem1", "webshop_react", "webshop_react_truncated")
+"""Policies this example trains: MEM1, or the ReAct baseline with its whole history or truncated to its window."""
 
 
 def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> PPOConfig:
@@ -79,12 +82,13 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", help="GPU runs: directory with the original WebShop files, else the generated catalog")
     p.add_argument("--workflow", choices=WORKFLOWS, default="webshop_mem1",
-                   help="the policy to train: MEM1 (default) or the full-history ReAct baseline")
+                   help="the policy to train: MEM1 (default), or the ReAct baseline with its whole history or truncated")
     args = p.parse_args()
     if not args.num_gpus and not args.model and not (warm_start(args.workflow) / "config.json").is_file():
         p.error(f"the CPU default starts from {warm_start(args.workflow)}; build it first: "
-                f"python tuned_examples/warm_starts/webshop_sft.py --workflow {args.workflow}")
-    name = Path(__file__).stem + ("" if args.workflow == "webshop_mem1" else "_react")
+                f"python tuned_examples/warm_starts/webshop_sft.py "
+                f"--workflow {warm_start(args.workflow).name.removesuffix('_sft')}")
+    name = Path(__file__).stem + ("" if args.workflow == "webshop_mem1" else args.workflow.removeprefix("webshop"))
     run_example(p, args, name, lambda: config(args.model, args.workflow),
                 lambda: paper_config(args.model, args.num_gpus, args.data, args.workflow), CPU_ITERATIONS)
 
