@@ -14,8 +14,8 @@ for a reply without an action), trains with PPO on a vLLM engine, two DeepSpeed 
 learners, and evaluates greedily on 500 held-out tasks of the test goals before and after. --workflow webshop_react
 trains the full-history ReAct baseline from its own warm-start with the same settings and budget (written to
 runs/mem1_webshop_ppo_react), and --workflow webshop_react_truncated the ReAct baseline whose context keeps the latest
-turns that fit its window, from the same warm-start (runs/mem1_webshop_ppo_react_truncated). --data points the GPU preset at the original WebShop files
-(memrl_envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
+turns that fit its window, from the same warm-start (runs/mem1_webshop_ppo_react_truncated). --data points the GPU
+preset at the original WebShop files (memrl_envs.webshop_catalog.load_catalog). The policy is written to <out>/model.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--data", help="GPU runs: directory with the original WebShop files, else the generated catalog")
     p.add_argument("--workflow", choices=WORKFLOWS, default="webshop_mem1",
-                   help="the policy to train: MEM1 (default), or the ReAct baseline with its whole history or truncated")
+                   help="the policy to train: MEM1 (default), or ReAct with its whole history or truncated")
     args = p.parse_args()
     if not args.num_gpus and not args.model and not (warm_start(args.workflow) / "config.json").is_file():
         p.error(f"the CPU default starts from {warm_start(args.workflow)}; build it first: "

@@ -42,7 +42,7 @@ def test_memoryagentbench_rows_are_chunked_by_the_loader(tmp_path):
            "answers": [["city 7"], ["city 30", "30"]], "metadata": {"source": "eventqa_full"}}
     (tmp_path / "mab.jsonl").write_text(json.dumps(row) + "\n")
     (task,) = load_memory_tasks(tmp_path / "mab.jsonl", chunk_tokens=20)
-    # Packed by sentences as the benchmark harness packs them: consecutive pieces of the context, line breaks between.
+    # Packed by sentences as the benchmark harness packs them: consecutive pieces of the context.
     assert "\n".join(task.chunks) == context and len(task.chunks) > 10
     assert all(len(chunk.split()) <= 20 for chunk in task.chunks)
     assert task.chunks == tuple(c.text for c in load_memoryagentbench(tmp_path / "mab.jsonl", 20)[0].chunks)
@@ -58,7 +58,8 @@ def test_memoryagentbench_rows_are_chunked_by_the_loader(tmp_path):
      r"row 0 question 0: no 'question' key"),
     ({"chunks": json.dumps(CHUNKS), "questions_and_answers": json.dumps([{"question": "q", "answer": {"a": 1}}])},
      r"row 0 question 0: 'answer' must be a string, a number or a list of them"),
-    ({"context": "c", "questions": ["q1", "q2"], "answers": [["a"]]}, r"row 0 \(source ''\): 'answers' must hold one entry per"),
+    ({"context": "c", "questions": ["q1", "q2"], "answers": [["a"]]},
+     r"row 0 \(source ''\): 'answers' must hold one entry per"),
     ({"context": "", "questions": ["q"], "answers": [["a"]]}, r"row 0: 'context' is empty"),
 ])
 def test_bad_rows_name_file_row_and_key(tmp_path, row, message):
