@@ -11,16 +11,19 @@ text, tuned_examples/checkpoints/copying), takes the same SFT on its own scripte
 1e-3 decaying linearly to 0), then the same RL (iterations x trajectories, lr 1e-4, temperature 0.7, one vLLM engine
 and two ZeRO-3 learners), and is scored greedily on the same held-out tasks after SFT and after RL. Baselines without
 a policy of their own (the memory-store answerer reading the raw chunks) are evaluated only, and say so. A cell
-writes <out>/<row>__<column>/ (the warm-start, the RL run and cell.json); a cell whose cell.json exists is not run
-again, and a cell.json of another budget is refused before anything trains, never mixed in silently. The table
-(held-out score with its 95% interval after RL, the change RL made, peak tokens per call, each cell's budget) goes
-to --results as compare_table.json, .md and .png.
+writes <out>/<row>__<column>/ (the warm-start, the RL run and cell.json). The table (held-out score with its 95%
+interval after RL, the change RL made, peak tokens per call, each cell's budget) goes to --results as
+compare_table.json, .md and .png, and that JSON is the durable record: a cell done is one with a cell.json under
+<out> or a record in the table already written (a fresh checkout, whose runs/ is empty, goes on from the committed
+table), and it is not run again unless --redo names it. A cell of another budget is refused before anything trains,
+never mixed in silently.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
@@ -301,18 +304,31 @@ def cells(rows: list[Row], columns: list[Column]) -> list[tuple[Row, Column]]:
     return [(r, c) for r in rows for c in columns if c.key in r.policies]
 
 
-def collect(out: Path, budget: Budget) -> dict:
-    """Every cell.json under `out`, by (row, column); a cell of another budget is an error naming it."""
+def recorded(results: Path) -> list[dict]:
+    """The cells of the table already written to `results` (none when there is none)."""
+    table = results / "compare_table.json"
+    return json.loads(table.read_text())["cells"] if table.is_file() else []
+
+
+def collect(out: Path, budget: Budget, results: Path | None = None) -> dict:
+    """Every cell done, by (row label, column key): the records of the table in `results`, then every cell.json
+    under `out` (which replaces a record of the same cell). A cell of another budget is an error naming it."""
     found = {}
+    where = results / "compare_table.json" if results else None
+    records = [(where, record) for record in (recorded(results) if results else [])]
     for row, column in cells(list(ROWS.values()), list(COLUMNS.values())):
         path = out / cell_name(row, column) / "cell.json"
         if path.is_file():
-            record = json.loads(path.read_text())
-            if record["budget"] != asdict(budget):
-                raise ValueError(f"{path} was trained with {record['budget']}, not this table's {asdict(budget)}; "
-                                 "move it away or make the table with that budget")
-            found[(row.label, column.key)] = record
-    return found
+            records.append((path, json.loads(path.read_text())))
+    known = [(r.label, c.key) for r, c in cells(list(ROWS.values()), list(COLUMNS.values()))]
+    for path, record in records:
+        if (record["row"], record["column"]) not in known:
+            continue  # a row or column since removed from the table
+        if record["budget"] != asdict(budget):
+            raise ValueError(f"{path}: {record['row']} on {record['column']} was trained with {record['budget']}, "
+                             f"not this table's {asdict(budget)}; move it away or make the table with that budget")
+        found[(record["row"], record["column"])] = record
+    return {key: found[key] for key in known if key in found}  # in table order
 
 
 def interval(score: dict) -> str:
@@ -377,8 +393,8 @@ def plot(found: dict, path: Path) -> None:
 
 
 def make_table(out: Path, results: Path, budget: Budget) -> dict:
-    """The table of every cell done under `out`, written to `results`."""
-    found = collect(out, budget)
+    """The table of every cell done (recorded in `results` or under `out`), written to `results`."""
+    found = collect(out, budget, results)
     data = {"budget": asdict(budget), "budget_words": budget.words(),
             "cells": [found[key] for key in sorted(found)],
             "not_applicable": [[r.label, c.key] for r in ROWS.values() for c in COLUMNS.values()
@@ -396,6 +412,8 @@ def main() -> None:
     p.add_argument("--results", type=Path, help=f"where the table goes (default: {RESULTS}; with --quick, --out)")
     p.add_argument("--quick", action="store_true", help=f"a check that every part runs: {QUICK.words()}")
     p.add_argument("--table-only", action="store_true", help="make the table of the cells done, train nothing")
+    p.add_argument("--redo", action="store_true", help="run the cells of --rows and --columns again, even those "
+                   "done (their folders under --out are emptied first; their records are replaced)")
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="inference engine of every cell")
     args = p.parse_args()
     budget = QUICK if args.quick else BUDGET
@@ -403,16 +421,22 @@ def main() -> None:
     results = args.results or (out if args.quick else RESULTS)
     rows = [ROWS[r] for r in args.rows] if args.rows else list(ROWS.values())
     columns = [COLUMNS[c] for c in args.columns] if args.columns else list(COLUMNS.values())
+    if args.redo and not (args.rows or args.columns):
+        p.error("--redo runs the cells of --rows and --columns again: name them")
     try:
-        collect(out, budget)  # a cell of another budget there: refused now, not after hours of training
+        done = collect(out, budget, results)  # a cell of another budget: refused now, not after hours of training
     except ValueError as e:
         p.error(str(e))
     if not args.table_only:
-        todo = [(r, c) for r, c in cells(rows, columns) if not (out / cell_name(r, c) / "cell.json").is_file()]
+        todo = [(r, c) for r, c in cells(rows, columns) if args.redo or (r.label, c.key) not in done]
         if args.rows or args.columns:
             if not cells(rows, columns):
                 p.error("none of the --rows applies to any of the --columns")
-        init_ray(0)
+        if args.redo:
+            for row, column in todo:
+                shutil.rmtree(out / cell_name(row, column), ignore_errors=True)
+        if todo:
+            init_ray(0)
         for i, (row, column) in enumerate(todo, 1):
             print(f"cell {i}/{len(todo)}: {row.label} on {column.label}", flush=True)
             record = run_cell(row, column, budget, out, args.engine, 1 if args.quick else LEARNERS)

@@ -70,6 +70,36 @@ def test_the_table_marks_missing_and_inapplicable_cells_and_refuses_another_budg
     assert "not this table's" in capsys.readouterr().err
 
 
+def test_the_written_table_is_the_record_a_fresh_checkout_goes_on_from(tmp_path, monkeypatch):
+    results, out = tmp_path / "results", tmp_path / "runs"
+    cell = out / cell_name(ROWS["ReSum"], COLUMNS["search_1"]) / "cell.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text(json.dumps(_record("ReSum", "search_1", score=0.25)))
+    make_table(out, results, QUICK)
+    # The runs are gone (a fresh checkout); the table keeps the cell, and a cell trained since joins it.
+    cell.unlink()
+    (out / cell_name(ROWS["ReAct"], COLUMNS["search_1"])).mkdir()
+    (out / cell_name(ROWS["ReAct"], COLUMNS["search_1"]) / "cell.json").write_text(
+        json.dumps(_record("ReAct", "search_1", score=0.75)))
+    data = make_table(out, results, QUICK)
+    assert {(c["row"], c["score"]["mean"]) for c in data["cells"]} == {("ReSum", 0.25), ("ReAct", 0.75)}
+    # A cell.json replaces the record of its cell.
+    cell.write_text(json.dumps(_record("ReSum", "search_1", score=0.5)))
+    assert {c["score"]["mean"] for c in make_table(out, results, QUICK)["cells"]} == {0.5, 0.75}
+    cell.unlink()
+    # The command sees both cells done and trains nothing (no Ray, no cell folder).
+    monkeypatch.setattr(compare, "init_ray", lambda *a: pytest.fail("a done cell was trained again"))
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--quick", "--out", str(out), "--results", str(results),
+                                      "--rows", "ReSum", "ReAct", "--columns", "search_1"])
+    compare.main()
+    assert not cell.exists()
+    assert "| ReSum | n/a | 0.500 [0.250, 0.750] |" in (results / "compare_table.md").read_text()
+    # --redo names the cells it runs again.
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--quick", "--out", str(out), "--redo"])
+    with pytest.raises(SystemExit):
+        compare.main()
+
+
 @pytest.mark.slow
 def test_quick_command_trains_a_cell_scores_a_baseline_and_keeps_done_cells(ray_session, tmp_path, monkeypatch):
     argv = ["compare.py", "--quick", "--out", str(tmp_path), "--engine", "torch", "--rows", "ReAct", "RAG top-2",
