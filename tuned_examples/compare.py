@@ -103,6 +103,9 @@ class Column(ABC):
     label: str
     metric: str | None = None
     max_tokens: int
+    token_budget: int = 32768
+    """Padded tokens per learner micro-batch. The learners sum every micro-batch's loss over the step's global token
+    count, so a smaller budget takes the same gradients in more passes, with less memory at once."""
 
     @abstractmethod
     def sft(self, policy: str, steps: int) -> SFTConfig:
@@ -145,7 +148,11 @@ class SearchQA(Column):
 
 
 class WebShop(Column):
-    key, label, max_tokens = "webshop", "WebShop", webshop.MAX_TOKENS
+    """WebShop's trajectories run to thousands of tokens per row (MEM1's stitched rows carry a 4D mask, whose
+    attention the learner materializes per row): at 32768 tokens per micro-batch four ZeRO-3 learners (MEM1's policy
+    and critic) outgrow a 24 GB machine, so micro-batches here are a quarter of that."""
+
+    key, label, max_tokens, token_budget = "webshop", "WebShop", webshop.MAX_TOKENS, 8192
 
     def sft(self, policy, steps):
         return webshop_sft.config(policy, steps, num_eval_tasks=SFT_EVAL_TASKS, init=INIT)
@@ -251,7 +258,7 @@ def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str
     return (cfg
             .env_runners(num_env_runners=1, num_envs_per_env_runner=64, engine=engine, max_tokens=column.max_tokens,
                          temperature=0.7, engine_config=engine_config)
-            .learners(model_path=str(model), num_learners=learners, token_budget=32768)
+            .learners(model_path=str(model), num_learners=learners, token_budget=column.token_budget)
             .training(lr=1e-4, tasks_per_iteration=budget.trajectories // algorithm.group_size,
                       group_size=algorithm.group_size, **algorithm.settings)
             .evaluation(evaluation_num_tasks=budget.heldout_tasks,

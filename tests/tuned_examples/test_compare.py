@@ -41,6 +41,7 @@ def test_every_applicable_cell_makes_whole_configs_of_the_same_budget(row, colum
     assert train.tasks_per_iteration * train.group_size == BUDGET.trajectories
     assert cfg.evaluation_cfg.evaluation_num_tasks == BUDGET.heldout_tasks
     assert isinstance(cfg, PPOConfig) == (row.algorithm == "PPO")
+    assert cfg.learners_cfg.token_budget == column.token_budget  # the critic's learners take the policy's settings
 
 
 def _record(row: str, column: str, budget=QUICK, score=0.5) -> dict:
