@@ -317,17 +317,15 @@ def recorded(results: Path) -> list[dict]:
     return json.loads(table.read_text())["cells"] if table.is_file() else []
 
 
-def collect(out: Path, budget: Budget, results: Path | None = None) -> dict:
+def collect(out: Path, budget: Budget, results: Path) -> dict:
     """Every cell done, by (row label, column key): the records of the table in `results`, then every cell.json
     under `out` (which replaces a record of the same cell). A cell of another budget is an error naming it."""
+    applicable = cells(list(ROWS.values()), list(COLUMNS.values()))
+    records = [(results / "compare_table.json", record) for record in recorded(results)]
+    records += [(path, json.loads(path.read_text())) for path in (out / cell_name(r, c) / "cell.json"
+                                                                  for r, c in applicable) if path.is_file()]
+    known = [(r.label, c.key) for r, c in applicable]
     found = {}
-    where = results / "compare_table.json" if results else None
-    records = [(where, record) for record in (recorded(results) if results else [])]
-    for row, column in cells(list(ROWS.values()), list(COLUMNS.values())):
-        path = out / cell_name(row, column) / "cell.json"
-        if path.is_file():
-            records.append((path, json.loads(path.read_text())))
-    known = [(r.label, c.key) for r, c in cells(list(ROWS.values()), list(COLUMNS.values()))]
     for path, record in records:
         if (record["row"], record["column"]) not in known:
             continue  # a row or column since removed from the table
