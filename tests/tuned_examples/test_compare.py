@@ -88,7 +88,7 @@ def test_the_written_table_is_the_record_a_fresh_checkout_goes_on_from(tmp_path,
     cell.write_text(json.dumps(_record("ReSum", "search_1", score=0.5)))
     assert {c["score"]["mean"] for c in make_table(out, results, QUICK)["cells"]} == {0.5, 0.75}
     cell.unlink()
-    # The command sees both cells done and trains nothing (no Ray, no cell folder).
+    # The command sees both cells done and trains nothing (no Ray started, no cell.json written).
     monkeypatch.setattr(compare, "init_ray", lambda *a: pytest.fail("a done cell was trained again"))
     monkeypatch.setattr(sys, "argv", ["compare.py", "--quick", "--out", str(out), "--results", str(results),
                                       "--rows", "ReSum", "ReAct", "--columns", "search_1"])
