@@ -131,7 +131,9 @@ class _Broadcasts:
         learn, sync, sample = algo._learn, algo.sync_weights, algo.env_runner_group.sample
 
         def learning(kept):
-            self.first_call.clear(), self.landed.clear(), self.pending.set()
+            self.first_call.clear()
+            self.landed.clear()
+            self.pending.set()
             return learn(kept)
 
         def sampling(tasks, seed=None):
@@ -144,7 +146,8 @@ class _Broadcasts:
         def broadcast():
             self._wait(self.first_call, "an episode sampled ahead to make its first call")
             result = sync()
-            self.pending.clear(), self.landed.set()
+            self.pending.clear()
+            self.landed.set()
             return result
 
         algo._learn, algo.sync_weights, algo.env_runner_group.sample = learning, broadcast, sampling
