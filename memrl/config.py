@@ -182,6 +182,11 @@ class EvaluationConfig:
     evaluation_num_envs_per_env_runner: int | None = None
     """Episodes each env runner keeps in flight at evaluation; None uses env_runners.num_envs_per_env_runner. Greedy
     held-out runs of many tasks finish sooner with more in flight: the engine batches more calls per step."""
+    evaluation_num_env_runners: int | None = None
+    """Where held-out episodes run (RLlib's setting of this name). None: runner actors laid out as training's
+    (env_runners.num_env_runners of them, or one per engine when that is 0). 0: the same layout in the algorithm's
+    process, with no process to start; its trajectories are those of the runner actors. k: k runner actors over the
+    engines, runner i asking engine i % num_engines."""
 
 
 @dataclass
@@ -349,7 +354,8 @@ class AlgorithmConfig(_Config):
     @builder
     def evaluation(self, *, evaluation_interval: int = NOT_SET, evaluation_num_tasks: int = NOT_SET,
                    evaluation_temperature: float = NOT_SET, evaluation_env_config: dict = NOT_SET,
-                   evaluation_num_envs_per_env_runner: int | None = NOT_SET) -> Self:
+                   evaluation_num_envs_per_env_runner: int | None = NOT_SET,
+                   evaluation_num_env_runners: int | None = NOT_SET) -> Self:
         """Set EvaluationConfig's settings."""
         return self._set("evaluation", **given(locals()))
 
@@ -474,6 +480,11 @@ class AlgorithmConfig(_Config):
             raise ValueError(f"fault_tolerance.episode_retries={faults.episode_retries!r} is not allowed; it must be "
                              ">= 0")
         self.services_cfg.specs()
+        eval_runners = self.evaluation_cfg.evaluation_num_env_runners
+        if eval_runners is not None and (not isinstance(eval_runners, numbers.Integral) or eval_runners < 0):
+            raise ValueError(f"evaluation.evaluation_num_env_runners={eval_runners!r} is not allowed; it must be None "
+                             "(runner actors laid out as training's), 0 (that layout in the algorithm's process) or "
+                             "an integer >= 1 (that many runner actors)")
         if self.evaluation_cfg.evaluation_num_envs_per_env_runner is not None:
             positive["evaluation.evaluation_num_envs_per_env_runner"] = \
                 self.evaluation_cfg.evaluation_num_envs_per_env_runner

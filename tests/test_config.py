@@ -88,6 +88,8 @@ def test_unknown_field_is_named():
         (lambda c: c.evaluation(evaluation_num_tasks=0), "evaluation.evaluation_num_tasks=0 is not allowed"),
         (lambda c: c.evaluation(evaluation_num_envs_per_env_runner=0),
          "evaluation.evaluation_num_envs_per_env_runner=0 is not allowed"),
+        (lambda c: c.evaluation(evaluation_num_env_runners=-1),
+         r"evaluation.evaluation_num_env_runners=-1 is not allowed; it must be None .*, 0 .* or an integer >= 1"),
         (lambda c: c.env_runners(temperature=-1.0), "temperature"),
         (lambda c: c.training(aggregation="mean"), "aggregation"),
         (lambda c: c.fault_tolerance(checkpoint_frequency=5),

@@ -63,9 +63,11 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
 
 @pytest.mark.slow
 def test_evaluate_checkpoint_samples_each_task_k_times(ray_session, tiny_checkpoint):
+    # Runners in this process (runner actors: test_evaluate_checkpoint_runs_each_env_config_on_one_engine).
     config = {"num_turns": 1, "reward": "similarity"}
     [(summary, trajs)] = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},
-                                             num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3)
+                                             num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3,
+                                             num_env_runners=0)
     # Three rounds of the same six tasks, each in task order, each round sampled anew.
     assert len(trajs) == 18
     assert [t.traj_id for t in trajs] == [t.traj_id for t in heldout_tasks(0, 6)] * 3
@@ -78,7 +80,8 @@ def test_evaluate_checkpoint_samples_each_task_k_times(ray_session, tiny_checkpo
     assert summary["all_k_mean"] == pytest.approx(rewards.min(axis=0).mean())
     # The same seed samples the same answers again.
     [(_, again)] = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [config], "last_observation", {},
-                                       num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3)
+                                       num_tasks=6, max_tokens=6, engine="torch", temperature=1.0, samples=3,
+                                       num_env_runners=0)
     assert [t.conversations[0].response_ids.tolist() for t in again] == [r for rs in responses for r in rs]
     for bad in ({"samples": 0}, {"samples": 2}, {"samples": 2, "temperature": -1.0}):
         with pytest.raises(ValueError, match="samples must be an integer >= 1"):

@@ -92,6 +92,17 @@ class Algorithm(EngineRecovery, Trainer):
         return EnvRunnerGroup(spec, self.engines, run.num_env_runners,
                               resources_per_runner=run.resources_per_env_runner, wait=wait)
 
+    def _heldout_group(self, spec: EnvRunnerSpec) -> EnvRunnerGroup:
+        """The runners of held-out episodes, where evaluation.evaluation_num_env_runners puts them: None, laid out as
+        training's; 0, that layout in this process; k, k runner actors."""
+        run = self.cfg.env_runners_cfg
+        count = self.cfg.evaluation_cfg.evaluation_num_env_runners
+        if count is None:
+            return self._runner_group(spec)
+        if count == 0:
+            return EnvRunnerGroup(spec, self.engines, run.num_env_runners, in_process=True)
+        return EnvRunnerGroup(spec, self.engines, count, resources_per_runner=run.resources_per_env_runner)
+
     def _make_engine(self, index: int):
         run = self.cfg.env_runners_cfg
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
@@ -457,7 +468,7 @@ class Algorithm(EngineRecovery, Trainer):
         spec = self._runner_spec({**ev.evaluation_env_config, **(env_config or {})}, ev.evaluation_temperature,
                                  ev.evaluation_num_envs_per_env_runner)
         if self._eval_group is None:
-            self._eval_group = self._runner_group(spec)
+            self._eval_group = self._heldout_group(spec)
         elif spec != self._eval_group.spec:  # other env settings: the same runner processes take them
             self._eval_group.configure(spec)
         trajectories = sample_heldout(self._eval_group, n, self.seed, self.sample)

@@ -37,15 +37,16 @@ class EnvRunnerGroup:
 
     With `num_runners` 0 the runners are plain objects in this process, one per engine (RLlib's
     num_env_runners=0): no process to start or to ship trajectories from, and a debugger stops inside envs and
-    workflows. A local round is one event loop over all of them; past sample_timeout_s it is cancelled and fails,
-    there being no process to replace.
+    workflows; `in_process` puts `num_runners` of them here, laid out over the engines as the actors would be (their
+    trajectories are the actors'). A local round is one event loop over all of them; past sample_timeout_s it is
+    cancelled and fails, there being no process to replace.
     """
 
     def __init__(self, spec: EnvRunnerSpec, engines: list, num_runners: int, *,
-                 resources_per_runner: dict | None = None, wait: bool = True):
+                 resources_per_runner: dict | None = None, wait: bool = True, in_process: bool = False):
         """Starts the runner actors, each reserving the Ray custom `resources_per_runner` (which nodes it may run
         on); with `wait` (the default) returns once they answer, else `wait_started` does. `num_runners` 0 builds
-        one runner per engine here instead."""
+        one runner per engine here instead, and `in_process` builds `num_runners` runners here."""
         if num_runners < 0:
             raise ValueError(f"num_runners must be >= 0 (0: runners in this process), got {num_runners}")
         if not engines:
@@ -55,12 +56,12 @@ class EnvRunnerGroup:
         self.spec = spec
         self.sample_timeout_s = spec.faults.sample_timeout_s
         self.start_timeout_s = spec.faults.actor_start_timeout_s
-        self.local = num_runners == 0
+        self.local = in_process or num_runners == 0
         if self.local:
             if resources_per_runner:
                 raise ValueError(f"resources_per_runner={resources_per_runner!r} places runner actors; with "
-                                 "num_runners 0 the runners run in this process")
-            self.runners = [EnvRunner(spec, i) for i in range(len(engines))]
+                                 "num_runners 0 or in_process the runners run in this process")
+            self.runners = [EnvRunner(spec, i) for i in range(num_runners or len(engines))]
         else:
             # Ray's own restarts count over the actor's lifetime; the group replaces dead runners itself instead.
             self._actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0,

@@ -104,6 +104,18 @@ def test_iterations_checkpoint_kill_resume(ray_session, tiny_checkpoint, tmp_pat
     runners = [r._actor_id for r in algo._eval_group.runners]
     assert [len(t.conversations) for t in algo.heldout_trajectories(env_config={"num_turns": 1})] == [1] * 4
     assert algo.evaluate() == evaluation and [r._actor_id for r in algo._eval_group.runners] == runners
+    # evaluation_num_env_runners=0 runs the held-out episodes in this process, laid out as the runner actors were:
+    # the same replies, token for token.
+    on_actors = algo.heldout_trajectories()
+    algo._eval_group.shutdown()
+    algo.cfg.evaluation_cfg.evaluation_num_env_runners = 0
+    algo._eval_group = None
+    here = algo.heldout_trajectories()
+    assert algo._eval_group.local and len(algo._eval_group.runners) == 2
+    assert [t.traj_id for t in here] == [t.traj_id for t in on_actors]
+    assert [[c.response_ids.tolist() for c in t.conversations] for t in here] == \
+        [[c.response_ids.tolist() for c in t.conversations] for t in on_actors]
+    assert [t.reward for t in here] == [t.reward for t in on_actors]
     algo.stop()
 
 

@@ -37,13 +37,27 @@ def _spec(tiny_checkpoint, faults: FaultToleranceConfig | None = None, **env_con
                          faults=faults or FaultToleranceConfig())
 
 
+@pytest.fixture(scope="module")
+def _runner_pair(engine, tiny_checkpoint):
+    group = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+    yield group
+    group.shutdown()
+
+
+@pytest.fixture()
+def runners(_runner_pair, tiny_checkpoint) -> EnvRunnerGroup:
+    """Two runner actors over the module's engine, shared by the tests that neither kill, stall nor replace a runner
+    (each starts them on `_spec`'s settings): a runner actor's start is seconds of imports."""
+    _runner_pair.configure(_spec(tiny_checkpoint))
+    return _runner_pair
+
+
 def _tasks(n: int, group_size: int = 2) -> list[Task]:
     return [Task(seed=i // group_size, group_id=f"g{i // group_size}", traj_id=f"t{i}") for i in range(n)]
 
 
-def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
-    batch, stats = ray.get(runner.sample.remote(_tasks(6), engine))
+def test_runner_returns_every_trajectory_batched(engine, runners, tiny_checkpoint):
+    batch, stats = ray.get(runners.runners[0].sample.remote(_tasks(6), engine))
     trajs = from_arrow(batch)
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(6)]
     tok = AutoTokenizer.from_pretrained(tiny_checkpoint)
@@ -61,7 +75,6 @@ def test_runner_returns_every_trajectory_batched(engine, tiny_checkpoint):
     # 6 trajectories but only 4 envs: the first round batches 4 requests, never one per call
     assert stats["calls"] == 12
     assert stats["batches"] < stats["calls"]
-    ray.kill(runner)
 
 
 @pytest.mark.slow
@@ -111,15 +124,14 @@ def test_group_survives_a_runner_killed_mid_sample(engine, tiny_checkpoint):
     group.shutdown()
 
 
-def test_same_seed_same_trajectories(engine, tiny_checkpoint):
-    group = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+def test_same_seed_same_trajectories(runners):
+    group = runners
     tasks = _tasks(6)
     first, _ = group.sample(tasks, seed=7)
     again, _ = group.sample(tasks, seed=7)
     other, _ = group.sample(tasks, seed=8)
     assert first.equals(again)
     assert not first.column("response_ids").equals(other.column("response_ids"))
-    group.shutdown()
 
 
 def test_envs_that_step_in_threads_give_the_same_trajectories_whatever_their_timing(engine, tiny_checkpoint):
@@ -134,8 +146,8 @@ def test_envs_that_step_in_threads_give_the_same_trajectories_whatever_their_tim
     group.shutdown()
 
 
-def test_runners_take_a_new_spec_in_place_and_keep_their_tokenizer(engine, tiny_checkpoint, tmp_path):
-    group = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+def test_runners_take_a_new_spec_in_place_and_keep_their_tokenizer(runners, tiny_checkpoint, tmp_path):
+    group = runners
     ids = [r._actor_id for r in group.runners]
     tasks = _tasks(6)
     first, _ = group.sample(tasks, seed=7)
@@ -147,25 +159,27 @@ def test_runners_take_a_new_spec_in_place_and_keep_their_tokenizer(engine, tiny_
     other = dataclasses.replace(_spec(tiny_checkpoint), tokenizer_path=str(tmp_path))
     with pytest.raises(ValueError, match="keeps its tokenizer"):
         group.configure(other)
-    group.shutdown()
 
 
-def test_runners_in_this_process_sample_what_runner_actors_sample(engine, tiny_checkpoint):
+def test_runners_in_this_process_sample_what_runner_actors_sample(engine, runners, tiny_checkpoint):
     # Two local runners (one per engine given, here the same engine twice) run in one event loop; under the same
-    # seed they give what two runner actors on that engine give.
-    actors = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2)
+    # seed they give what two runner actors on that engine give, as do two in_process runners on one engine (the
+    # layout of held-out runs with evaluation_num_env_runners=0).
+    actors = runners
     here = EnvRunnerGroup(_spec(tiny_checkpoint), [engine, engine], num_runners=0)
     assert here.local and len(here.runners) == 2 and isinstance(here.runners[0], EnvRunner)
+    mirror = EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=2, in_process=True)
+    assert mirror.local and len(mirror.runners) == 2 and mirror.engines == [engine, engine]
     tasks = _tasks(8)
     reference, _ = actors.sample(tasks, seed=7)
     table, stats = here.sample(tasks, seed=7)
-    assert table.equals(reference)
+    assert table.equals(reference) and mirror.sample(tasks, seed=7)[0].equals(reference)
     assert stats["trajectories"] == 8 and stats["calls"] == 16
     here.configure(_spec(tiny_checkpoint, num_turns=3))
     assert [len(t.conversations) for t in from_arrow(here.sample(tasks, seed=7)[0])] == [3] * 8
     assert here.counters["tasks_submitted"] == here.counters["trajectories_returned"] == 16
-    actors.shutdown()
     here.shutdown()
+    mirror.shutdown()
 
 
 def test_a_local_round_past_its_deadline_is_cancelled_and_named(engine, tiny_checkpoint):
@@ -188,14 +202,14 @@ def test_runners_in_this_process_place_no_actors(engine, tiny_checkpoint):
         EnvRunnerGroup(_spec(tiny_checkpoint), [engine], num_runners=-1)
 
 
-def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
+def test_memagent_episodes_through_a_runner(engine, runners, tiny_checkpoint):
     spec = EnvRunnerSpec(env="memrl/ChunkStream-v0",
                          env_config={"task": "multihop", "chunk_tokens": 24, "tokenizer_path": str(tiny_checkpoint)},
                          workflow="memagent", workflow_config={"memory_tokens": 16},
                          tokenizer_path=str(tiny_checkpoint), sampling=SamplingConfig(max_tokens=16), num_envs=4,
                          max_calls=64, continuous_batching=False)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
-    batch, _ = ray.get(runner.sample.remote(_tasks(4), engine, 0))
+    runners.configure(spec)
+    batch, _ = ray.get(runners.runners[0].sample.remote(_tasks(4), engine, 0))
     assert batch.schema.metadata[b"memrl.tokenizer"] == str(tiny_checkpoint).encode()  # what decodes its ids
     for t in from_arrow(batch):
         # one memory call per chunk, then the answer call
@@ -207,7 +221,6 @@ def test_memagent_episodes_through_a_runner(engine, tiny_checkpoint):
         assert t.metrics["peak_context_tokens"] < 400
         assert t.metrics["dependency"] == sum((2 * len(c.response_ids) + len(c.prompt_ids)) * len(c.response_ids) / 2
                                               for c in t.conversations)
-    ray.kill(runner)
 
 
 def _short_context_copy(tiny_checkpoint, tmp_path, window: int):
@@ -242,13 +255,11 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
     ray.kill(engine)
 
 
-def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_checkpoint, tmp_path):
+def test_a_first_prompt_longer_than_the_context_is_named(runners, tiny_checkpoint, tmp_path):
     path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
     engine = start_engine(str(path), "torch", num_cpus=0)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(_spec(tiny_checkpoint))
     with pytest.raises(EpisodeFailed, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
-        ray.get(runner.sample.remote(_tasks(1), engine))
-    ray.kill(runner)
+        ray.get(runners.runners[0].sample.remote(_tasks(1), engine))
     ray.kill(engine)
 
 
