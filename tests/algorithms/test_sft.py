@@ -199,15 +199,6 @@ def test_short_warm_start_learns_echo_and_writes_a_loadable_checkpoint(ray_sessi
 
 
 @pytest.mark.slow
-def test_held_out_episodes_take_the_evaluation_env_overrides(ray_session, tiny_checkpoint, tmp_path):
-    config = (_config(tiny_checkpoint, steps=1, steps_per_iteration=1)
-              .environment("memrl/Echo-v0", env_config={"num_turns": 1})
-              .evaluation(evaluation_env_config={"num_turns": 3}))
-    summary = run(config, tmp_path / "sft")
-    assert summary["num_train_rows"] == 200 and summary["num_eval_rows"] == 32 * 3
-
-
-@pytest.mark.slow
 def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, tiny_checkpoint, tmp_path):
     search = {"num_objectives": 2, "max_turns": 6}
     config = (_config(tiny_checkpoint, steps=1, steps_per_iteration=1, num_train_tasks=20, probe_rows=True)
@@ -224,10 +215,13 @@ def test_probe_rows_join_the_training_rows_and_are_scored_held_out(ray_session, 
 
 @pytest.mark.slow
 def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, tiny_checkpoint, tmp_path):
-    # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it.
-    config = _config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear",
-                     lr_decay_steps=9).evaluation(evaluation_num_tasks=8)
+    # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it. The held-out
+    # episodes take the evaluation's env overrides (three turns each where training's have one).
+    config = (_config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear", lr_decay_steps=9)
+              .environment("memrl/Echo-v0", env_config={"num_turns": 1})
+              .evaluation(evaluation_num_tasks=8, evaluation_env_config={"num_turns": 3}))
     algo = config.build()
+    assert algo.summary()["num_train_rows"] == 200 and algo.summary()["num_eval_rows"] == 8 * 3
     straight = [algo.train()]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 1; the run goes on as if it had not saved
     straight += [algo.train() for _ in range(2)]

@@ -426,23 +426,6 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
 
 
 @pytest.mark.slow
-def test_learners_start_past_a_build_lock_a_killed_run_left(ray_session, tiny_checkpoint):
-    # A run stopped while its learners loaded DeepSpeed's CPU op leaves torch's build lock behind; without clearing
-    # it, the next learners wait on it until their start deadline.
-    lock = cpu_comm_op_dir() / "lock"
-    lock.touch()
-    os.utime(lock, (time.time() - 3600, time.time() - 3600))
-    group = LearnerGroup(_config(tiny_checkpoint, compute_ref=False),
-                         faults=FaultToleranceConfig(actor_start_timeout_s=180))
-    try:
-        assert not lock.exists()
-        assert len(group.weight_metas()) > 0
-    finally:
-        group.shutdown()
-        lock.unlink(missing_ok=True)
-
-
-@pytest.mark.slow
 def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, tiny_checkpoint, tmp_path):
     # Warm-up over 2 steps, then linear decay to 0 at step 4: lr x 0.5, 1, 1, 0.5, 0.
     config = _config(tiny_checkpoint, compute_ref=False, lr_schedule="linear", lr_warmup_steps=2, lr_decay_steps=4)
@@ -470,12 +453,22 @@ def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, 
     assert lrs == pytest.approx([0.5e-3, 1e-3, 1e-3, 1e-3, 0.5e-3, 0.0])
 
 
-def test_learners_train_on_the_cpus_they_reserve(ray_session, tiny_checkpoint):
+def test_learners_start_past_a_build_lock_a_killed_run_left_and_train_on_the_cpus_they_reserve(ray_session,
+                                                                                              tiny_checkpoint):
+    # A run stopped while its learners loaded DeepSpeed's CPU op leaves torch's build lock behind; without clearing
+    # it, the next learners wait on it until their start deadline.
+    lock = cpu_comm_op_dir() / "lock"
+    lock.touch()
+    os.utime(lock, (time.time() - 3600, time.time() - 3600))
     threads = min(2, len(os.sched_getaffinity(0)))  # torch never runs more threads than the machine has cores
-    group = LearnerGroup(_config(tiny_checkpoint, num_cpus_per_learner=threads))
+    group = LearnerGroup(_config(tiny_checkpoint, compute_ref=False, num_cpus_per_learner=threads),
+                         faults=FaultToleranceConfig(actor_start_timeout_s=180))
     try:
+        assert not lock.exists()
+        assert len(group.weight_metas()) > 0
         counts = ray.get([a.__ray_call__.remote(lambda self: torch.get_num_threads()) for a in group.learners],
                          timeout=120)
         assert counts == [threads]
     finally:
         group.shutdown()
+        lock.unlink(missing_ok=True)
