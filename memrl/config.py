@@ -64,7 +64,9 @@ class EnvRunnersConfig:
     engine: str = "torch"
     """Inference engine: "vllm" (vLLM; CPU build here, CUDA build on GPUs) or "torch" (reference engine)."""
     num_engines: int = 1
-    """Engine actors; runners share them round-robin."""
+    """Engine actors; runners share them round-robin. 0: one torch engine in the algorithm's own process
+    (memrl.engines.local), with the runners there too (num_env_runners=0): no engine process to start, and a
+    debugger stops inside the engine."""
     engine_config: dict = field(default_factory=dict)
     """Extra keyword arguments for the engine constructor (e.g. kv_cache_bytes for vLLM; without it a vLLM engine on
     GPUs sizes its KV cache from their memory)."""
@@ -435,12 +437,23 @@ class AlgorithmConfig(_Config):
         if not isinstance(run.num_env_runners, numbers.Integral) or run.num_env_runners < 0:
             raise ValueError(f"env_runners.num_env_runners={run.num_env_runners!r} is not allowed; it must be an "
                              "integer >= 0 (0: the runners run in the algorithm's process)")
+        if run.num_engines == 0:
+            in_process = {"env_runners.engine": (run.engine, "torch"),
+                          "env_runners.num_env_runners": (run.num_env_runners, 0),
+                          "evaluation.evaluation_num_env_runners": (self.evaluation_cfg.evaluation_num_env_runners, 0),
+                          "env_runners.continuous_batching": (run.batches_continuously, False),
+                          "env_runners.num_gpus_per_engine": (run.num_gpus_per_engine, 0),
+                          "env_runners.resources_per_engine": (run.resources_per_engine, {})}
+            for setting, (value, allowed) in in_process.items():
+                if value != allowed and not (setting.startswith("evaluation") and value is None):
+                    raise ValueError(f"{setting}={value!r} is not allowed with env_runners.num_engines=0, which runs "
+                                     f"one torch engine in the algorithm's process (runner actors cannot reach it); "
+                                     f"set it to {allowed!r} or num_engines >= 1")
         if run.num_env_runners == 0 and run.resources_per_env_runner:
             raise ValueError("env_runners.resources_per_env_runner places runner actors; with num_env_runners=0 the "
                              "runners run in the algorithm's process (set num_env_runners >= 1 to place them)")
         positive = {
             "env_runners.num_envs_per_env_runner": run.num_envs_per_env_runner,
-            "env_runners.num_engines": run.num_engines,
             "env_runners.max_calls_per_episode": run.max_calls_per_episode,
             "env_runners.num_cpus_per_engine": run.num_cpus_per_engine,
             "training.tasks_per_iteration": train.tasks_per_iteration,
@@ -488,6 +501,9 @@ class AlgorithmConfig(_Config):
         if self.evaluation_cfg.evaluation_num_envs_per_env_runner is not None:
             positive["evaluation.evaluation_num_envs_per_env_runner"] = \
                 self.evaluation_cfg.evaluation_num_envs_per_env_runner
+        if not isinstance(run.num_engines, numbers.Integral) or run.num_engines < 0:
+            raise ValueError(f"env_runners.num_engines={run.num_engines!r} is not allowed; it must be an integer >= 0 "
+                             "(0: one torch engine in the algorithm's process)")
         for name, value in positive.items():
             if not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name}={value!r} is not allowed; it must be an integer >= 1")

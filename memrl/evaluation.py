@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import time
 
-import ray
-
 from memrl.cluster import FaultToleranceConfig, get
-from memrl.engines import start_engine
+from memrl.engines import start_engine, stop_engine
+from memrl.engines.local import LocalEngine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import Trajectory, from_arrow
 from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
@@ -56,6 +55,7 @@ def evaluate_checkpoint(
     engine: str = "vllm",
     engine_config: dict | None = None,
     num_env_runners: int = 2,
+    num_engines: int | None = None,
     max_calls: int = 4096,
     seed: int = 0,
     faults: FaultToleranceConfig | None = None,
@@ -70,8 +70,10 @@ def evaluate_checkpoint(
     config, the `eval_summary` over every round's trajectories (plus "sample_s", the wall time of that config's
     rollouts, and with samples > 1 `memrl.stats.best_and_worst_of_k`'s figures) and the trajectories, round after
     round, each round in task order. `num_env_runners` runner actors share the tasks (0: one runner in this process,
-    as env_runners(num_env_runners=0) in training). Needs a running Ray instance; `faults` gives the deadlines (the
-    engine's start: actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
+    as env_runners(num_env_runners=0) in training); `num_engines` 0 runs a torch engine in this process too, as
+    env_runners(num_engines=0), and 1 an engine actor (None: 0 for the torch engine with num_env_runners=0, else 1).
+    Needs a running Ray instance; `faults` gives the deadlines (the engine's start:
+    actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
     """
     counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
@@ -79,8 +81,17 @@ def evaluate_checkpoint(
                          f"({len(env_configs)}), got {num_tasks!r}")
     check_sampling(samples, temperature)
     faults = faults or FaultToleranceConfig()
+    if num_engines is None:
+        num_engines = 0 if num_env_runners == 0 and engine == "torch" else 1
+    if num_engines not in (0, 1) or num_engines == 0 and (num_env_runners or engine != "torch"):
+        raise ValueError(f"num_engines={num_engines!r} is not allowed with num_env_runners={num_env_runners} and "
+                         f"engine={engine!r}; it must be 1 (an engine actor) or 0 (a torch engine in this process, "
+                         "with num_env_runners=0)")
     runners = num_env_runners or 1  # 0: one runner in this process, for the one engine
-    actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
+    if num_engines:
+        actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
+    else:
+        actor = LocalEngine(engine, model_path, seed=seed, **(engine_config or {}))
     results, group = [], None
     try:
         # The engine is up: its start-up stays out of the first sample_s.
@@ -106,5 +117,5 @@ def evaluate_checkpoint(
     finally:
         if group is not None:
             group.shutdown()
-        ray.kill(actor)
+        stop_engine(actor)
     return results

@@ -47,8 +47,9 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
     assert [len(t.conversations) for t in short_trajs] == [1] * 5
     assert [len(t.conversations) for t in long_trajs] == [3] * 5
     assert [t.traj_id for t in short_trajs] == [t.traj_id for t in heldout_tasks(0, 5)]
-    # Greedy: the same checkpoint and tasks give the same answers again, also on a runner in this process
-    # (num_env_runners=0) that ran another config (a count per config) first.
+    # Greedy: the same checkpoint and tasks give the same answers again, also on a runner and an engine in this
+    # process (num_env_runners=0, and so num_engines=0 for the torch engine) that ran another config (a count per
+    # config) first.
     again = evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0",
                                 [{"num_turns": 3, "reward": "similarity"}, {"num_turns": 1, "reward": "similarity"}],
                                 "last_observation", {}, num_tasks=[2, 5], max_tokens=4, engine="torch",
@@ -59,6 +60,10 @@ def test_evaluate_checkpoint_runs_each_env_config_on_one_engine(ray_session, tin
     with pytest.raises(ValueError, match="one positive count per env config"):
         evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [{}, {}], "last_observation", {}, num_tasks=[5],
                             max_tokens=4)
+    with pytest.raises(ValueError, match=r"num_engines=0 is not allowed with num_env_runners=2 and engine='torch'; "
+                                         r"it must be 1 \(an engine actor\) or 0"):
+        evaluate_checkpoint(str(tiny_checkpoint), "memrl/Echo-v0", [{}], "last_observation", {}, num_tasks=2,
+                            max_tokens=4, engine="torch", num_engines=0)
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
 from memrl.algorithms.trainer import Trainer
 from memrl.cluster import FailureBudget, get
 from memrl.console import verbose
-from memrl.engines import start_engine
+from memrl.engines import engine_arguments, start_engine, stop_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import ADVANTAGES, AdvantageInputs, dynamic_sampling_mask, shape_rewards
@@ -54,7 +54,7 @@ class Algorithm(EngineRecovery, Trainer):
         # Named for the runners, which may run on nodes whose cache has not seen the checkpoint: they import the class.
         self._tokenizer_class = tokenizer_class_path(self.cfg.learners_cfg.model_path)
         # Engines and runners load while the learners start: the three kinds of actor come up side by side.
-        self.engines = [self._make_engine(i) for i in range(run.num_engines)]
+        self.engines = [self._make_engine(i) for i in range(run.num_engines or 1)]
         self.env_runner_group = self._runner_group(self._runner_spec({}, run.sampling.temperature), wait=False)
         self.start_learners()
         wait_engines_ready(self.engines, self.cfg)
@@ -104,7 +104,14 @@ class Algorithm(EngineRecovery, Trainer):
         return EnvRunnerGroup(spec, self.engines, count, resources_per_runner=run.resources_per_env_runner)
 
     def _make_engine(self, index: int):
+        """Engine `index` of env_runners.num_engines actors, or with num_engines=0 the one in this process."""
         run = self.cfg.env_runners_cfg
+        if run.num_engines == 0:
+            from memrl.engines.local import LocalEngine
+
+            return LocalEngine(run.engine, self.cfg.learners_cfg.model_path, seed=self.seed + index,
+                               tempered_logprobs=self.cfg.training_cfg.tempered_logprobs,
+                               **engine_arguments(run.engine, 0.0, run.engine_config))
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
                             num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
                             resources=run.resources_per_engine, placement=self.placement("engines", index),
@@ -521,7 +528,7 @@ class Algorithm(EngineRecovery, Trainer):
             if group is not None:
                 group.shutdown()
         for engine in self.engines:
-            ray.kill(engine)
+            stop_engine(engine)
         super().cleanup()
         if self._wandb is not None:
             self._wandb.finish()

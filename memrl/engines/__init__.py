@@ -1,5 +1,6 @@
 """Inference engines behind one interface (memrl.engines.base): vLLM (vllm_engine) and a torch reference
-(torch_engine), by name, and `start_engine`, which serves a checkpoint from one as a Ray actor."""
+(torch_engine), by name; `start_engine`, which serves a checkpoint from one as a Ray actor (or in this process,
+memrl.engines.local), and `stop_engine`."""
 
 from __future__ import annotations
 
@@ -69,3 +70,15 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle),
         max_concurrency=MAX_CONCURRENT_CALLS if continuous_batching else 1)
     return actor.remote(engine, model_path, seed=seed, continuous_batching=continuous_batching, **engine_config)
+
+
+def stop_engine(engine) -> None:
+    """Kill an engine actor, or close an engine in this process (memrl.engines.local.LocalEngine)."""
+    from memrl.engines.local import LocalEngine
+
+    if isinstance(engine, LocalEngine):
+        engine.close()
+    else:
+        import ray
+
+        ray.kill(engine)

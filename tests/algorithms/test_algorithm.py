@@ -10,6 +10,7 @@ import ray
 
 from memrl import checkpoints
 from memrl.algorithms import DAPOConfig
+from memrl.engines.local import LocalEngine
 
 pytestmark = pytest.mark.slow
 
@@ -153,17 +154,26 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
 
 @pytest.mark.parametrize("num_env_runners", [2, 0])
 def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint, num_env_runners):
+    # With runners in this process, the engine is there too (num_engines=0).
     config = _config(tiny_checkpoint, num_learners=1).environment(
         env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4}).env_runners(
-        num_env_runners=num_env_runners)
+        num_env_runners=num_env_runners, num_engines=1 if num_env_runners else 0)
     algo = config.build()
     assert algo.env_runner_group.local == (num_env_runners == 0)
+    assert isinstance(algo.engines[0], LocalEngine) == (num_env_runners == 0)
     result = algo.train()
     counters = result["counters"]
     failed = counters["trajectories_failed"]
     assert 0 < failed < 12 and counters["episodes_failed"] == failed == result["env_runners"]["num_failed"]
     assert counters["trajectories_sampled"] == 12 and counters["trajectories_trained"] == 12 - failed
     assert result["learners"]["rows"] == 2 * (12 - failed)  # two calls per finished episode, none of a failed one
+    # The broadcast reached the engine, wherever it runs: it scores a reply as the trained learner does.
+    prompt, continuation = [1, 87, 85, 261, 201, 74, 75, 2, 201, 1], [342, 85, 75, 308, 322, 86, 2]
+    (learner_lp,), _ = algo.learner_group.compute_logprobs([{"prompt_ids": np.array(prompt),
+                                                             "response_ids": np.array(continuation)}])
+    np.testing.assert_allclose(ray.get(algo.engines[0].score.remote(prompt, continuation)), learner_lp, atol=1e-5,
+                               rtol=0)
+    assert np.abs(_initial_logprobs(tiny_checkpoint, prompt, continuation) - learner_lp).max() > 1e-4
     trajectories = algo.heldout_trajectories(16)
     evaluation = algo.evaluate(16)
     scored = [t.reward for t in trajectories if not t.failure]
@@ -193,7 +203,7 @@ def test_dynamic_sampling_refills_then_skips_an_all_equal_batch(ray_session, tin
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     config = (_config(tiny_checkpoint, num_learners=1)
               .environment(env_config={"num_turns": 1, "reward": "exact"})
-              .env_runners(num_env_runners=0)  # sampling rounds, not where they run, are the point
+              .env_runners(num_env_runners=0, num_engines=0)  # sampling rounds, not where they run, are the point
               .training(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
               .debugging(wandb_project="memrl-test"))
     algo = config.build()

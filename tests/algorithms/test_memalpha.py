@@ -46,8 +46,8 @@ def test_config_defaults_are_the_papers(tiny_checkpoint):
 
 @pytest.mark.slow
 def test_a_memalpha_iteration_trains_every_chunk_row_with_its_own_reward(ray_session, tiny_checkpoint):
-    """A real iteration: runners play the memory-store env under the memalpha workflow, a chat actor answers, the
-    learners train on one row per chunk."""
+    """A real iteration: runners play the memory-store env under the memalpha workflow (runners and engine in this
+    process), a chat actor answers, the learners train on one row per chunk."""
     from memrl.engines.chat import start_chat_server
 
     answerer = start_chat_server("memalpha-iteration-answerer", str(tiny_checkpoint), engine="torch", max_tokens=4)
@@ -55,8 +55,8 @@ def test_a_memalpha_iteration_trains_every_chunk_row_with_its_own_reward(ray_ses
             .environment("memrl/MemoryStore-v0", env_config={
                 "num_chunks": 2, "num_questions": 2, "facts_per_chunk": 1, "small_talk_per_chunk": 0,
                 "answerer": "actor:memalpha-iteration-answerer"})
-            .env_runners(num_env_runners=1, num_envs_per_env_runner=4, workflow="memalpha", engine="torch",
-                         max_tokens=16)
+            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, workflow="memalpha",
+                         engine="torch", max_tokens=16)
             .learners(model_path=str(tiny_checkpoint), num_learners=1)
             .training(lr=1e-5, tasks_per_iteration=2, group_size=2)
             .debugging(seed=1)

@@ -7,6 +7,7 @@ import pytest
 import ray
 
 from memrl.algorithms import PPOConfig
+from memrl.engines import stop_engine
 from memrl.learner.advantages import token_advantages, whiten
 from memrl.episode import Conversation, Trajectory
 from memrl.learner.rows import build_rows
@@ -101,7 +102,7 @@ def test_config_names_bad_values(tiny_checkpoint):
 def _mem1_config(checkpoint) -> PPOConfig:
     return (PPOConfig()
             .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 3})
-            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, workflow="mem1",
+            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, workflow="mem1",
                          workflow_config={"memory_tokens": 24}, engine="torch", max_tokens=12)
             .learners(model_path=str(checkpoint), num_learners=1, token_budget=4096)
             .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=4, num_minibatches=2)
@@ -115,7 +116,8 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     straight = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 2; the run goes on as if it had not saved
     straight.append(algo.train())
-    for actor in [*algo.engines, *algo.learner_group.learners, *algo.critic_group.learners]:
+    stop_engine(algo.engines[0])  # in this process
+    for actor in [*algo.learner_group.learners, *algo.critic_group.learners]:
         ray.kill(actor)
     algo.learner_group.shutdown()
     algo.critic_group.shutdown()

@@ -21,10 +21,11 @@ ACROSS_BROADCASTS = "memrl_test/EchoAcrossBroadcasts-v0"
 
 def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None,
             env: str = "memrl/Echo-v0") -> DAPOConfig:
-    """Runners in the driver's process: sampling ahead runs on a thread of the driver while the learner trains."""
+    """Runners and the engine in the driver's process: sampling ahead runs on a thread of the driver while the
+    learner trains, and each broadcast reaches the engine there."""
     return (DAPOConfig()
             .environment(env, env_config=env_config or {"num_turns": 2, "reward": "similarity"})
-            .env_runners(num_env_runners=0, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
+            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
             .learners(model_path=str(checkpoint), num_learners=1, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, max_staleness=max_staleness,
                       use_rollout_logprobs=False, off_policy_correction="tis", importance_cap=2.0)
@@ -39,7 +40,8 @@ def _figures(result: dict) -> dict[str, float]:
 
 
 def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_session, tiny_checkpoint, tmp_path):
-    algo = _config(tiny_checkpoint).build()
+    config = _config(tiny_checkpoint).env_runners(num_engines=1)  # an engine actor, which dies below
+    algo = config.build()
     straight = [algo.train() for _ in range(2)]
     # A checkpoint after two iterations keeps the batch sampled for the third; the run goes on as if it had not saved.
     path = algo.save_to_path(tmp_path / "ckpt")
@@ -77,7 +79,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     # dies while the learners train on batch 3 and batch 4 is sampled ahead: the new engine gets the weights batch 4
     # was meant for (learner rank 0's copy), so batch 4 and the run's figures are the uninterrupted ones, not those of
     # weights one step on.
-    algo = _config(tiny_checkpoint).build()
+    algo = config.build()
     algo.restore_from_path(path)
     learn = algo._learn
 
