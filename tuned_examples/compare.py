@@ -192,7 +192,7 @@ class MemoryStore(Column):
         [(_, trajectories)] = evaluate_checkpoint(
             str(memalpha.ANSWERER_CHECKPOINT), "memrl/MemoryStore-v0", [env], writer.workflow,
             writer.workflow_config, num_tasks, max_tokens=self.max_tokens, engine=engine, engine_config=engine_config,
-            num_env_runners=1)
+            num_env_runners=1 if engine == "vllm" else 0)  # as rl_config places them
         return heldout_summary(trajectories, self.metric)
 
 
@@ -251,12 +251,14 @@ def cell_name(row: Row, column: Column) -> str:
 
 def rl_config(row: Row, column: Column, model: Path, budget: Budget, engine: str,
               learners: int = LEARNERS) -> AlgorithmConfig:
-    """The cell's RL: the row's algorithm on the column's task, the budget's trajectories and held-out tasks."""
+    """The cell's RL: the row's algorithm on the column's task, the budget's trajectories and held-out tasks; a
+    vLLM engine actor fed by one runner actor, or the torch engine and its runner in this process."""
     algorithm = ALGORITHMS[row.algorithm]
     cfg = column.rl(algorithm.config(), row.policies[column.key], model)
     engine_config = {"kv_cache_bytes": 256 * 1024**2} if engine == "vllm" else {}
+    placed = {"num_env_runners": 1} if engine == "vllm" else {"num_env_runners": 0, "num_engines": 0}
     return (cfg
-            .env_runners(num_env_runners=1, num_envs_per_env_runner=64, engine=engine, max_tokens=column.max_tokens,
+            .env_runners(**placed, num_envs_per_env_runner=64, engine=engine, max_tokens=column.max_tokens,
                          temperature=0.7, engine_config=engine_config)
             .learners(model_path=str(model), num_learners=learners, token_budget=column.token_budget)
             .training(lr=1e-4, tasks_per_iteration=budget.trajectories // algorithm.group_size,

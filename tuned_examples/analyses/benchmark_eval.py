@@ -38,7 +38,6 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
-import ray
 from tqdm import tqdm
 
 import memrl_envs  # noqa: F401  (registers memrl/MemoryStore-v0)
@@ -56,7 +55,8 @@ from memrl_envs.memory_benchmark_scores import (
 )
 from memrl_envs.memory_benchmarks import BENCHMARKS, MAB_CHUNK_TOKENS, load_benchmark
 from memrl.cluster import FaultToleranceConfig
-from memrl.engines import start_engine
+from memrl.engines import start_engine, stop_engine
+from memrl.engines.local import LocalEngine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import from_arrow
 from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, write_table
@@ -164,7 +164,7 @@ def _append(path: Path, records: list[dict]) -> None:
 def run_row(benchmark: str, instances, row: Row, config: dict, path: Path, engine_of, max_tokens: int,
             batch: int, seed: int) -> None:
     """Asks the row's unfinished instances, `batch` at a time, appending each batch's records to `path`;
-    `engine_of(checkpoint)` gives the engine actor serving the row's policy (rows of one checkpoint share it)."""
+    `engine_of(checkpoint)` gives the engine serving the row's policy (rows of one checkpoint share it)."""
     done = finished(path)
     pending = [i for i in range(len(instances)) if i not in done]
     if not pending:
@@ -331,7 +331,8 @@ def parser(benchmark: str) -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=CPU_MAX_TOKENS, help="longest reply of a policy that writes")
     p.add_argument("--answer-tokens", type=int, default=CPU_ANSWER_TOKENS,
                    help="longest answer of a policy that answers from the chunks (rag, long_context)")
-    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm", help="the policies' inference engine")
+    p.add_argument("--engine", choices=("vllm", "torch"), default="vllm",
+                   help="the policies' inference engine (vllm: an engine actor; torch: in this process)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=RUNS / "benchmarks", help="where results and tables go")
     return p
@@ -377,16 +378,18 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
     table, engines = [], {}
 
     def engine_of(checkpoint: Path):
+        """An engine actor of the checkpoint, or the torch engine in this process beside the runners."""
         if checkpoint not in engines:
-            engines[checkpoint] = start_engine(str(checkpoint), args.engine, seed=args.seed)
+            engines[checkpoint] = (LocalEngine("torch", str(checkpoint), seed=args.seed) if args.engine == "torch"
+                                   else start_engine(str(checkpoint), args.engine, seed=args.seed))
         return engines[checkpoint]
 
     try:
         table = [run_and_summarise(benchmark, instances, row, args, answerer, judge, judge_model, out, engine_of)
                  for row in rows]
     finally:
-        for actor in engines.values():
-            ray.kill(actor)
+        for engine in engines.values():
+            stop_engine(engine)
     text = markdown(benchmark, table, judge_record)
     budgets = budget_table([(r.name, r.checkpoint) for r in rows])
     result = {"benchmark": benchmark, "data": str(args.data), "judge": judge_record, "rows": table}
