@@ -26,17 +26,18 @@ from memrl.experiment import RUNS, budget_table, init_ray, policy_arg, training_
 from memrl_tuned_examples.tasks.webshop import MAX_TOKENS, MAX_TURNS, env_config, warm_start, workflow_config
 
 TRAINED = {"webshop_mem1": RUNS / "mem1_webshop_ppo" / "model",
-           "webshop_react": RUNS / "mem1_webshop_ppo_react" / "model"}
-"""Where mem1_webshop_ppo.py [--workflow webshop_react] writes its RL policies."""
+           "webshop_react": RUNS / "mem1_webshop_ppo_react" / "model",
+           "webshop_react_truncated": RUNS / "mem1_webshop_ppo_react_truncated" / "model"}
+"""Where mem1_webshop_ppo.py [--workflow W] writes each workflow's RL policy."""
 NAMES = {"webshop_mem1": "MEM1", "webshop_react": "ReAct", "webshop_react_truncated": "ReAct (truncated)"}
 
 
 def default_policies() -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, workflow): each workflow's RL policy where trained, else its built warm-start; truncated
-    ReAct runs ReAct's checkpoint."""
+    """(name, checkpoint, workflow): each workflow's RL policy where trained, else its built warm-start (truncated
+    ReAct's is ReAct's)."""
     found = []
     for workflow, name in NAMES.items():
-        trained = TRAINED["webshop_react" if workflow == "webshop_react_truncated" else workflow]
+        trained = TRAINED[workflow]
         path, label = (trained, f"RL {name}") if (trained / "config.json").is_file() else (
             warm_start(workflow), f"{name} warm-start")
         if (path / "config.json").is_file():
