@@ -440,12 +440,13 @@ class AlgorithmConfig(_Config):
         if run.num_engines == 0:
             in_process = {"env_runners.engine": (run.engine, "torch"),
                           "env_runners.num_env_runners": (run.num_env_runners, 0),
-                          "evaluation.evaluation_num_env_runners": (self.evaluation_cfg.evaluation_num_env_runners, 0),
+                          "evaluation.evaluation_num_env_runners": (
+                              self.evaluation_cfg.evaluation_num_env_runners or 0, 0),  # None: training's layout
                           "env_runners.continuous_batching": (run.batches_continuously, False),
                           "env_runners.num_gpus_per_engine": (run.num_gpus_per_engine, 0),
                           "env_runners.resources_per_engine": (run.resources_per_engine, {})}
             for setting, (value, allowed) in in_process.items():
-                if value != allowed and not (setting.startswith("evaluation") and value is None):
+                if value != allowed:
                     raise ValueError(f"{setting}={value!r} is not allowed with env_runners.num_engines=0, which runs "
                                      f"one torch engine in the algorithm's process (runner actors cannot reach it); "
                                      f"set it to {allowed!r} or num_engines >= 1")

@@ -11,7 +11,6 @@ import time
 
 from memrl.cluster import FaultToleranceConfig, get
 from memrl.engines import start_engine, stop_engine
-from memrl.engines.local import LocalEngine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import Trajectory, from_arrow
 from memrl.rollout import EnvRunnerGroup, EnvRunnerSpec, Task
@@ -72,8 +71,8 @@ def evaluate_checkpoint(
     round, each round in task order. `num_env_runners` runner actors share the tasks (0: one runner in this process,
     as env_runners(num_env_runners=0) in training); `num_engines` 0 runs a torch engine in this process too, as
     env_runners(num_engines=0), and 1 an engine actor (None: 0 for the torch engine with num_env_runners=0, else 1).
-    Needs a running Ray instance; `faults` gives the deadlines (the engine's start:
-    actor_start_timeout_s) and retries (None: FaultToleranceConfig's defaults).
+    Needs a running Ray instance; `faults` gives the deadlines (the engine's start: actor_start_timeout_s) and
+    retries (None: FaultToleranceConfig's defaults).
     """
     counts = [num_tasks] * len(env_configs) if isinstance(num_tasks, int) else list(num_tasks)
     if len(counts) != len(env_configs) or min(counts, default=1) < 1:
@@ -88,10 +87,7 @@ def evaluate_checkpoint(
                          f"engine={engine!r}; it must be 1 (an engine actor) or 0 (a torch engine in this process, "
                          "with num_env_runners=0)")
     runners = num_env_runners or 1  # 0: one runner in this process, for the one engine
-    if num_engines:
-        actor = start_engine(model_path, engine, seed=seed, **(engine_config or {}))
-    else:
-        actor = LocalEngine(engine, model_path, seed=seed, **(engine_config or {}))
+    actor = start_engine(model_path, engine, seed=seed, in_process=num_engines == 0, **(engine_config or {}))
     results, group = [], None
     try:
         # The engine is up: its start-up stays out of the first sample_s.

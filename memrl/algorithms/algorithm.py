@@ -25,7 +25,7 @@ from memrl.algorithms.recovery import EngineRecovery, wait_engines_ready
 from memrl.algorithms.trainer import Trainer
 from memrl.cluster import FailureBudget, get
 from memrl.console import verbose
-from memrl.engines import engine_arguments, start_engine, stop_engine
+from memrl.engines import start_engine, stop_engine
 from memrl.episode import Trajectory, from_arrow
 from memrl.evaluation import sample_heldout
 from memrl.learner.advantages import ADVANTAGES, AdvantageInputs, dynamic_sampling_mask, shape_rewards
@@ -106,16 +106,12 @@ class Algorithm(EngineRecovery, Trainer):
     def _make_engine(self, index: int):
         """Engine `index` of env_runners.num_engines actors, or with num_engines=0 the one in this process."""
         run = self.cfg.env_runners_cfg
-        if run.num_engines == 0:
-            from memrl.engines.local import LocalEngine
-
-            return LocalEngine(run.engine, self.cfg.learners_cfg.model_path, seed=self.seed + index,
-                               tempered_logprobs=self.cfg.training_cfg.tempered_logprobs,
-                               **engine_arguments(run.engine, 0.0, run.engine_config))
+        in_process = run.num_engines == 0
         return start_engine(self.cfg.learners_cfg.model_path, run.engine, seed=self.seed + index,
                             num_gpus=run.num_gpus_per_engine, num_cpus=run.num_cpus_per_engine,
-                            resources=run.resources_per_engine, placement=self.placement("engines", index),
-                            continuous_batching=run.batches_continuously,
+                            resources=run.resources_per_engine,
+                            placement=None if in_process else self.placement("engines", index),
+                            continuous_batching=run.batches_continuously, in_process=in_process,
                             tempered_logprobs=self.cfg.training_cfg.tempered_logprobs, **run.engine_config)
 
     def _init_weight_sync(self) -> None:

@@ -49,7 +49,7 @@ MAX_CONCURRENT_CALLS = 1024
 
 def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus: float = 0.0, num_cpus: int = 1,
                  resources: dict | None = None, placement: tuple | None = None, continuous_batching: bool = False,
-                 **engine_config):
+                 in_process: bool = False, **engine_config):
     """An inference engine actor (an ENGINES name or "module:class") serving `model_path` on `num_cpus` CPUs (Ray
     sets the actor's OMP_NUM_THREADS to the same), `num_gpus` GPUs and the Ray custom `resources` (which nodes it
     may run on); returns its handle at once.
@@ -57,7 +57,9 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
     `placement` (a placement group and a bundle index, e.g. of a Tune trial's group) puts it in that bundle;
     without it the engine is outside any placement group the caller runs in. The engine gets `engine_config` with
     what memrl sets from `num_gpus` (`engine_arguments`). With `continuous_batching` the actor takes calls
-    concurrently and serves them from one running batch (memrl.engines.batcher); else one call at a time."""
+    concurrently and serves them from one running batch (memrl.engines.batcher); else one call at a time.
+    `in_process` builds the torch engine in this process instead (memrl.engines.local.LocalEngine), which takes
+    calls as the actor does; it reserves nothing and batches nothing continuously."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -65,6 +67,14 @@ def start_engine(model_path: str, engine: str = "vllm", seed: int = 0, num_gpus:
 
     check_engine_name(engine)  # fails here, in the caller, rather than in the actor
     engine_config = engine_arguments(engine, num_gpus, engine_config)
+    if in_process:
+        if engine != "torch" or num_gpus or resources or placement is not None or continuous_batching:
+            raise ValueError(f"an engine in this process is the torch engine alone, on this process's CPUs, one call "
+                             f"at a time; got engine={engine!r}, num_gpus={num_gpus}, resources={resources}, "
+                             f"placement={placement}, continuous_batching={continuous_batching}")
+        from memrl.engines.local import LocalEngine
+
+        return LocalEngine(engine, model_path, seed=seed, **engine_config)
     pg, bundle = placement if placement is not None else (None, -1)
     actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {})(EngineActor).options(
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle),

@@ -56,7 +56,6 @@ from memrl_envs.memory_benchmark_scores import (
 from memrl_envs.memory_benchmarks import BENCHMARKS, MAB_CHUNK_TOKENS, load_benchmark
 from memrl.cluster import FaultToleranceConfig
 from memrl.engines import start_engine, stop_engine
-from memrl.engines.local import LocalEngine
 from memrl.engines.base import SamplingConfig
 from memrl.episode import from_arrow
 from memrl.experiment import RUNS, budget_table, init_ray, require_checkpoint, write_table
@@ -380,8 +379,8 @@ def run(benchmark: str, argv: list[str] | None = None) -> list[dict]:
     def engine_of(checkpoint: Path):
         """An engine actor of the checkpoint, or the torch engine in this process beside the runners."""
         if checkpoint not in engines:
-            engines[checkpoint] = (LocalEngine("torch", str(checkpoint), seed=args.seed) if args.engine == "torch"
-                                   else start_engine(str(checkpoint), args.engine, seed=args.seed))
+            engines[checkpoint] = start_engine(str(checkpoint), args.engine, seed=args.seed,
+                                               in_process=args.engine == "torch")
         return engines[checkpoint]
 
     try:
