@@ -43,7 +43,7 @@ from memrl.learner.learner_group import LearnerGroup
 from memrl.learner.losses import LossConfig
 from memrl.learner.rows import TrainRow
 from memrl.plugins import make_env
-from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
+from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode, run_sync
 from memrl.stats import reward_interval
 from memrl.workflows import workflow_class
 
@@ -299,7 +299,7 @@ def expert_episodes(env_id: str, env_config: dict, workflow: str, workflow_confi
         expert = ExpertResponder(env, wf, eos)
         return await run_episode(env, wf, task, expert, max_calls=max_calls, check_action=expert.check_action)
 
-    episodes = [asyncio.run(expert_episode(task)) for task in _tasks(range(seed, seed + num_tasks), task_options)]
+    episodes = [run_sync(expert_episode(task)) for task in _tasks(range(seed, seed + num_tasks), task_options)]
     env.close()
     return episodes
 
@@ -382,4 +382,4 @@ def greedy_rewards(engine: InferenceEngine, env_id: str, env_config: dict, workf
 
         return await asyncio.gather(*(one(i, t, env) for i, (t, env) in enumerate(zip(tasks, envs))))
 
-    return [t.reward for t in asyncio.run(run_all(_tasks(seeds, task_options)))]
+    return [t.reward for t in run_sync(run_all(_tasks(seeds, task_options)))]

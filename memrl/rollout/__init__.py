@@ -3,7 +3,7 @@
 
 from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed
 from memrl.rollout.env_runner_group import EnvRunnerGroup
-from memrl.rollout.loop import BatchingResponder, ExpertResponder, Task, run_episode
+from memrl.rollout.loop import BatchingResponder, ExpertResponder, Task, run_episode, run_sync
 
 __all__ = ["BatchingResponder", "EngineFailed", "EnvRunner", "EnvRunnerGroup", "EnvRunnerSpec", "EpisodeFailed",
-           "ExpertResponder", "Task", "run_episode"]
+           "ExpertResponder", "Task", "run_episode", "run_sync"]

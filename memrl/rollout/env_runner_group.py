@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import ray
@@ -17,7 +16,7 @@ from memrl.tokenizer import tokenizer_class_path
 from memrl.cluster import FailureBudget, get
 from memrl.episode import concat
 from memrl.rollout.env_runner import EngineFailed, EnvRunner, EnvRunnerSpec, EpisodeFailed
-from memrl.rollout.loop import Task
+from memrl.rollout.loop import Task, run_sync
 from memrl.seeds import spawn_seeds
 
 logger = logging.getLogger(__name__)
@@ -181,7 +180,7 @@ class EnvRunnerGroup:
                 raise cause
             raise RuntimeError(f"env runner {failed} failed: {type(cause).__name__}: {cause}") from cause
 
-        return _run(round_())
+        return run_sync(round_())
 
     def _submit(self, i: int, chunk: list[Task], seed: int | None):
         return self.runners[i].sample.remote(chunk, self.engines[i], seed, self.engine_names[i])
@@ -238,12 +237,3 @@ def _split(tasks: list[Task], n: int) -> list[list[Task]]:
     return chunks
 
 
-def _run(coroutine):
-    """asyncio.run(coroutine), also from a thread whose event loop is running (a notebook's): there in a thread of
-    its own."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()

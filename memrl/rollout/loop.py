@@ -153,6 +153,29 @@ async def run_episode(
 
 
 @functools.lru_cache(maxsize=1)
+def run_sync(coroutine: Awaitable):
+    """Runs `coroutine` to completion on an event loop of its own and returns its result, from any thread: where the
+    calling thread already runs an event loop (a notebook's), in a thread of its own.
+
+    The result is handed back outside the loop's main task. `asyncio.run`, on the main thread, restores the Ctrl-C
+    handler as it closes, and CPython's signal module formats the handler it replaces, with the finished main task
+    and its result, into an error message it then discards: for a batch of episodes, seconds spent writing every
+    array of every trajectory into a string."""
+    result = []
+
+    async def main() -> None:
+        result.append(await coroutine)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(main())
+    else:
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, main()).result()
+    return result[0]
+
+
 def _io_threads() -> ThreadPoolExecutor:
     """The threads env steps that wait on I/O run in (one pool per process; they wait, they do not compute)."""
     return ThreadPoolExecutor(max_workers=64, thread_name_prefix="env-io")

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 import memrl_envs  # noqa: F401  (registers memrl/ ids)
 from memrl.engines.base import GenerationOutput
-from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode
+from memrl.rollout import BatchingResponder, ExpertResponder, Task, run_episode, run_sync
 from memrl.workflows.base import LastObservationWorkflow
 
 
@@ -208,3 +208,29 @@ def test_a_workflows_own_calls_step_no_env_and_take_no_row_reward(tokenizer):
     with pytest.raises(RuntimeError, match="row_rewards has 4 entries for 3 env steps; it must give one per step"):
         asyncio.run(run_episode(env, _NotesFirst(tokenizer), Task(seed=5, group_id="g", traj_id="t"), respond,
                                 max_calls=10))
+
+
+def test_run_sync_returns_the_result_unformatted_and_raises_what_the_coroutine_raises():
+    formatted = []
+
+    class Batch:
+        def __repr__(self):
+            formatted.append(self)
+            return "Batch()"
+
+    async def sample(n: int):
+        await asyncio.sleep(0)
+        if n < 0:
+            raise ValueError("no episodes")
+        return Batch()
+
+    # On the main thread, asyncio.run(sample(1)) formats the finished task's result as it restores Ctrl-C's handler.
+    batch = run_sync(sample(1))
+    assert isinstance(batch, Batch) and formatted == []
+    with pytest.raises(ValueError, match="no episodes"):
+        run_sync(sample(-1))
+
+    async def inside_a_running_loop():  # a notebook's thread: the coroutine runs in a thread of its own
+        return type(run_sync(sample(2))).__name__
+
+    assert asyncio.run(inside_a_running_loop()) == "Batch" and formatted == []
