@@ -30,8 +30,8 @@ MODES = {"sync": 0, "async_1": 1}
 """Benchmarked modes: name -> training.max_staleness."""
 QUICK_BATCH = {"tasks_per_iteration": 2, "group_size": 4}
 """--quick: a batch small enough that an iteration takes seconds, at 10 documents (the main job's is 8 x 8 at 40),
-trained by one learner (the main job's two) and served by the torch engine (the main job's vLLM), its held-out tasks
-run in this process (evaluation_num_env_runners=0: the same trajectories, no runner processes to start)."""
+trained by one learner (the main job's two) and served by the torch engine (the main job's vLLM), the engine and the
+env runner in this process (num_engines=0, num_env_runners=0: no engine or runner processes to start)."""
 
 
 def busy_cpu_s() -> float:
@@ -52,7 +52,7 @@ def run_mode(max_staleness: int, budget_s: float, eval_tasks: int, before: list 
               .evaluation(evaluation_num_tasks=eval_tasks).debugging(wandb_project=None, progress_bars=False))
     if quick:
         config = (use_engine(config, "torch").learners(num_learners=1)
-                  .evaluation(evaluation_num_env_runners=0))
+                  .env_runners(num_env_runners=0, num_engines=0))
     algo = config.build()
     if before is None:
         log("evaluating the starting policy")

@@ -79,13 +79,13 @@ def test_cpu_task_rejects_unknown_workflows():
 
 @pytest.mark.slow
 def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
-    # At the warm-start's length (10 documents, a quarter of the main job's calls), on the torch engine, one learner
-    # and the env runner in this process: the example's env, workflow, reward and evaluation are the point here; vLLM
-    # serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's and
-    # tests/algorithms', runner actors tests/rollout's.
+    # At the warm-start's length (10 documents, a quarter of the main job's calls), on the torch engine and the env
+    # runner, both in this process, and one learner: the example's env, workflow, reward and evaluation are the point
+    # here; vLLM serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks
+    # tests/learner's and tests/algorithms', runner actors tests/rollout's.
     cfg = use_engine(config(WARM_START, num_docs=NUM_DOCS), "torch")
     cfg = (cfg
-           .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
+           .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=8)
            .learners(num_learners=1)
            .training(tasks_per_iteration=2, group_size=4)
            .evaluation(evaluation_num_tasks=8))
