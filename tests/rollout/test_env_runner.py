@@ -16,11 +16,11 @@ from transformers import AutoTokenizer
 from memrl_envs.encyclopedia import EncyclopediaConfig, make_world
 from memrl_envs.retrieval import BM25Retriever
 from memrl.cluster import FaultToleranceConfig
-from memrl.engines import start_engine
+from memrl.engines import start_engine, stop_engine
 from memrl.engines.base import GenerationOutput, SamplingConfig
 from memrl.engines.torch_engine import TorchEngine
 from memrl.episode import from_arrow
-from memrl.rollout import EngineFailed, EnvRunner, EnvRunnerGroup, EnvRunnerSpec, EpisodeFailed, Task
+from memrl.rollout import EngineFailed, EnvRunner, EnvRunnerGroup, EnvRunnerSpec, EpisodeFailed, Task, run_sync
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +236,15 @@ def _short_context_copy(tiny_checkpoint, tmp_path, window: int):
 
 
 def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_checkpoint, tmp_path):
+    # The runner and the engine in this process: what ends the episode is the runner's loop, wherever it runs.
     path = _short_context_copy(tiny_checkpoint, tmp_path, 320)
-    engine = start_engine(str(path), "torch", num_cpus=0)
+    engine = start_engine(str(path), "torch", in_process=True)
     # ReAct keeps the whole history, and the untrained model never answers: the prompt grows every turn.
     spec = EnvRunnerSpec(env="memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 30},
                          workflow="react", workflow_config={}, tokenizer_path=str(path),
                          sampling=SamplingConfig(max_tokens=24), num_envs=4, max_calls=64, continuous_batching=False)
-    runner = ray.remote(num_cpus=0)(EnvRunner).remote(spec)
-    trajs = from_arrow(ray.get(runner.sample.remote(_tasks(4), engine, 0))[0])
+    group = EnvRunnerGroup(spec, [engine], num_runners=0)
+    trajs = from_arrow(group.sample(_tasks(4), seed=0)[0])
     assert [t.traj_id for t in trajs] == [f"t{i}" for i in range(4)]
     overflowed = [t for t in trajs if t.metrics["context_overflow"] == 1.0]
     assert overflowed
@@ -251,16 +252,17 @@ def test_history_that_outgrows_the_context_ends_the_episode(ray_session, tiny_ch
         assert t.metrics["truncated"] == 1.0 and t.reward == 0.0
         assert all(len(c.prompt_ids) < 320 for c in t.conversations)
         assert t.metrics["num_calls"] == len(t.conversations) < 30
-    ray.kill(runner)
-    ray.kill(engine)
+    group.shutdown()
+    stop_engine(engine)
 
 
-def test_a_first_prompt_longer_than_the_context_is_named(runners, tiny_checkpoint, tmp_path):
+def test_a_first_prompt_longer_than_the_context_is_named(ray_session, tiny_checkpoint, tmp_path):
     path = _short_context_copy(tiny_checkpoint, tmp_path, 16)
-    engine = start_engine(str(path), "torch", num_cpus=0)
+    engine = start_engine(str(path), "torch", in_process=True)
+    runner = EnvRunner(_spec(tiny_checkpoint))  # in this process, as runner actors and held-out runners run it
     with pytest.raises(EpisodeFailed, match=r"task t0 \(seed 0\): the first prompt has \d+ tokens.*holds 16"):
-        ray.get(runners.runners[0].sample.remote(_tasks(1), engine))
-    ray.kill(engine)
+        run_sync(runner.sample(_tasks(1), engine))
+    stop_engine(engine)
 
 
 class _FlakyRetrieval(BaseHTTPRequestHandler):
