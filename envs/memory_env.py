@@ -85,9 +85,12 @@ from memrl.preflight import service_missing, typed_config
 
 PROMPT = "Remember the following content chunk by chunk; you will be asked questions about it later."
 """What the agent is told to memorise for when the task has no prompt of its own."""
-MEMORY_MODES = ("tools", "text", "context")
+MEMORY_MODES = ("tools", "text", "context", "none")
 """'tools': Mem-α's store edited by tool calls; 'text': the reply is the whole new memory paragraph; 'context': no
-memory, each question is answered from the chunks themselves."""
+memory, each question is answered from the chunks themselves; 'none': nothing read, nothing written, each question
+is answered over an empty store (the floor a written memory has to beat)."""
+READ_ONLY_MODES = ("context", "none")
+"""Modes without a writing phase: the episode starts at the questions."""
 JUDGES = ("rules", "answerer")
 """Memory-content judges: deterministic rules, or the answerer asked with the judge prompts (memory_answer)."""
 FIXED_OPTIONS = ("data", "data_path", "benchmark", "entity_ids_path", "chunk_tokens", "tokenizer_path", "answerer",
@@ -206,11 +209,11 @@ class MemoryStoreConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"MemoryStoreConfig.{name} must be an int >= {low}, got {value!r}")
-        if self.memory == "context" and self.answerer not in ("policy", None):
-            raise ValueError(f"MemoryStoreConfig: memory='context' has no writing phase to step through before a "
-                             f"frozen answerer; use answerer='policy' or None (and hand env.answer_chat(i) to the "
-                             f"answerer), got answerer={self.answerer!r}")
-        if self.expert_writes and (self.data != "synthetic" or self.memory == "context"
+        if self.memory in READ_ONLY_MODES and self.answerer not in ("policy", None):
+            raise ValueError(f"MemoryStoreConfig: memory={self.memory!r} has no writing phase to step through "
+                             f"before a frozen answerer; use answerer='policy' or None (and hand env.answer_chat(i) "
+                             f"to the answerer), got answerer={self.answerer!r}")
+        if self.expert_writes and (self.data != "synthetic" or self.memory in READ_ONLY_MODES
                                    or self.answerer not in ("policy", None)):
             raise ValueError(f"MemoryStoreConfig: expert_writes needs data='synthetic' (the expert is scripted for "
                              f"the generators), memory 'tools' or 'text' and answerer 'policy' or None, got "
@@ -363,7 +366,7 @@ class MemoryStoreEnv(gym.Env):
         self._chunk, self._rows, self._calls, self._answers = 0, [], [], []
         self._shown: dict[str, list[str]] = {}
         self._done = False
-        if self.config.memory == "context":  # nothing to write: straight to the questions
+        if self.config.memory in READ_ONLY_MODES:  # nothing to write: straight to the questions
             self._chunk = len(chunks)
             return self._question(), self._reset_info("answer")
         if self.config.expert_writes:  # the expert's memory, not the policy's: no rows of its own

@@ -257,6 +257,28 @@ def test_context_mode_answers_from_the_chunks_themselves(options):
     assert (metrics["memory_tokens"] == metrics["chunk_tokens"]) == (not options)
 
 
+def test_none_mode_answers_every_question_over_an_empty_store():
+    """The empty-memory floor: nothing read or written, each question asked over the store as every episode starts."""
+    env = MemoryStoreEnv(memory="none", num_chunks=4, num_questions=2, answerer="policy")
+    obs, info = env.reset(seed=3)
+    assert info["phase"] == "answer" and info["memory_mode"] == "none" and obs == env.task.questions[0].question
+    before_any_write = MemoryStoreEnv(num_chunks=4, num_questions=2, answerer="policy")
+    before_any_write.reset(seed=3)
+    assert info["answer_chat"] == before_any_write.answer_chat(0)
+    shown = " ".join(m["content"] for m in info["answer_chat"])
+    assert not any(chunk in shown for chunk in env.task.chunks)
+    terminated = False
+    while not terminated:
+        obs, reward, terminated, _, info = env.step(env.expert_action())
+    metrics = info["metrics"]
+    assert metrics["memory_tokens"] == 0.0 and metrics["r_compress"] == 1.0 and metrics["r_tool"] == 0.0
+    assert metrics["r_acc"] == 1.0 and len(info["row_rewards"]) == 2  # the expert's answers, nothing to write
+    with pytest.raises(ValueError, match="memory='none' has no writing phase"):
+        MemoryStoreEnv.check_options({"memory": "none", "answerer": "http://127.0.0.1:1/v1"})
+    with pytest.raises(ValueError, match="expert_writes needs"):
+        MemoryStoreEnv.check_options({"memory": "none", "answerer": "policy", "expert_writes": True})
+
+
 def test_reset_options_change_one_episode_and_name_what_is_fixed():
     env = MemoryStoreEnv(num_chunks=2, answerer="policy")
     obs, info = env.reset(seed=1, options={"memory": "context", "category": "long_range_understanding"})
