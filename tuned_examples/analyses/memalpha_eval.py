@@ -10,7 +10,8 @@ the same frozen answerer (the shipped CPU answerer): the Mem-α policies build a
 answerer reads; the flat-memory baselines (MemAgent, MEM1-style) rewrite one paragraph per chunk that it reads
 instead, trained by memalpha_grpo.py --writer when runs/memalpha_grpo_<writer>/model exists, else their
 warm-starts; "expert memory" is the store the scripted expert writes, read by the same answerer (what a memory
-written as it should be gives); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
+written as it should be gives), "empty memory" the store before anything is written (the floor: what the
+answerer gets right without a memory); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
 chunks BM25 ranks highest for the question) have no memory, and the answerer's own weights read the chunks instead.
 Per policy and category: r_acc (the questions' mean score) with its 95% interval, memory tokens (what the answerer
 is shown) and tool-call success; then r_acc on mixed tasks of 1x, 4x, 8x and 13x the training chunks. Writes
@@ -35,6 +36,7 @@ from memrl_tuned_examples.tasks.memalpha import (
     ANSWERER_CHECKPOINT,
     CPU_MAX_TOKENS,
     CPU_TASK,
+    EMPTY_MEMORY,
     WRITERS,
     cpu_env_config,
     run_name,
@@ -47,10 +49,11 @@ TRAINED = {writer: RUNS / run_name(writer) / "model" for writer in WRITERS}
 """Where tuned_examples/memalpha_grpo.py [--writer W] writes each trained policy."""
 MEMORY_MODES = {**{writer: {"memory": w.memory, "answerer": f"actor:{ANSWERER}"} for writer, w in WRITERS.items()},
                 **{name: {**options, "answerer": "policy"} for name, options in ANSWER_MEMORIES.items()
-                   if name != "expert paragraph"}}
+                   if name != "expert paragraph"},
+                "empty memory": {**EMPTY_MEMORY, "answerer": "policy"}}
 """Env options per kind of row: a writer's memory (tools or a paragraph) read by the frozen answerer, the expert's
-memory read by the answerer's weights (the checkpoint of that row), or no memory and the answerer's weights reading
-the chunks."""
+memory read by the answerer's weights (the checkpoint of that row), an empty store read by them (the floor), or no
+memory and the answerer's weights reading the chunks."""
 
 
 def policies(trained: dict[str, Path]) -> list[tuple[str, Path, str]]:
@@ -61,6 +64,7 @@ def policies(trained: dict[str, Path]) -> list[tuple[str, Path, str]]:
     rows += [(f"{WRITERS[w].label} warm-start", WRITERS[w].warm_start, w) for w in WRITERS
              if w == "mem-alpha" or w not in trained]
     return rows + [("expert memory", ANSWERER_CHECKPOINT, "expert memory"),
+                   ("empty memory", ANSWERER_CHECKPOINT, "empty memory"),
                    ("long-context", ANSWERER_CHECKPOINT, "long-context"),
                    ("RAG-top2", ANSWERER_CHECKPOINT, "RAG-top2")]
 

@@ -16,7 +16,7 @@ def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_sessi
     finally:
         ray_session.kill(answerer)
     by = {(r["policy"], r["category"], r["multiplier"]): r for r in rows}
-    assert len(rows) == 6 * (3 + 2) and all(r["num_failed"] == 0 for r in rows)
+    assert len(rows) == 7 * (3 + 2) and all(r["num_failed"] == 0 for r in rows)
     assert [r["num_tasks"] for r in rows[:5]] == [2, 2, 2, 1, 1]
     for category in ("accurate_retrieval", "test_time_learning", "long_range_understanding"):
         # Long context reads every chunk at the training length, RAG-top2 two of the three.
@@ -25,13 +25,15 @@ def test_evaluation_tables_of_the_shipped_warm_start_and_the_baselines(ray_sessi
         assert rag["memory_tokens"] < rag["chunk_tokens"]
         assert by["Mem-α warm-start", category, 1]["tool_success"] > 0.8
         # The expert's store is written outside the episode, and a paragraph is no call: no calls of the policy's.
-        for name in ("expert memory", "MemAgent warm-start", "MEM1-style warm-start"):
+        for name in ("expert memory", "empty memory", "MemAgent warm-start", "MEM1-style warm-start"):
             assert by[name, category, 1]["tool_success"] == 0.0
-            if name != "expert memory":  # each baseline wrote a paragraph
+            if name not in ("expert memory", "empty memory"):  # each baseline wrote a paragraph
                 assert by[name, category, 1]["memory_tokens"] > 0
+        empty, expert = by["empty memory", category, 1], by["expert memory", category, 1]
+        assert empty["memory_tokens"] == 0.0 < expert["memory_tokens"]
     assert by["Mem-α warm-start", "mixed", 2]["chunk_tokens"] > 1.5 * by["Mem-α warm-start", "mixed", 1]["chunk_tokens"]
     table = memalpha_eval.markdown(rows)
-    assert table.count("\n") == 2 + 6 + 1 + 2 + 6 and "RAG-top2" in table and "MEM1-style warm-start" in table
+    assert table.count("\n") == 2 + 7 + 1 + 2 + 7 and "RAG-top2" in table and "MEM1-style warm-start" in table
     memalpha_eval.plot(rows, tmp_path / "eval.png")
     assert (tmp_path / "eval.png").stat().st_size > 10_000
 
