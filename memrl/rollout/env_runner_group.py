@@ -235,5 +235,3 @@ def _split(tasks: list[Task], n: int) -> list[list[Task]]:
     for k, group in enumerate(groups):
         chunks[k * n // max(1, len(groups))].extend(group)
     return chunks
-
-

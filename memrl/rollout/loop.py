@@ -152,7 +152,6 @@ async def run_episode(
                       metrics=metrics, failure=str(info.get("failure", "")))
 
 
-@functools.lru_cache(maxsize=1)
 def run_sync(coroutine: Awaitable):
     """Runs `coroutine` to completion on an event loop of its own and returns its result, from any thread: where the
     calling thread already runs an event loop (a notebook's), in a thread of its own.
@@ -176,6 +175,7 @@ def run_sync(coroutine: Awaitable):
     return result[0]
 
 
+@functools.lru_cache(maxsize=1)
 def _io_threads() -> ThreadPoolExecutor:
     """The threads env steps that wait on I/O run in (one pool per process; they wait, they do not compute)."""
     return ThreadPoolExecutor(max_workers=64, thread_name_prefix="env-io")

@@ -234,3 +234,9 @@ def test_run_sync_returns_the_result_unformatted_and_raises_what_the_coroutine_r
         return type(run_sync(sample(2))).__name__
 
     assert asyncio.run(inside_a_running_loop()) == "Batch" and formatted == []
+
+
+def test_env_steps_that_wait_share_one_thread_pool():
+    from memrl.rollout.loop import _io_threads
+
+    assert _io_threads() is _io_threads()  # one pool per process, not one per step

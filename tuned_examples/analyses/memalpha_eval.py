@@ -10,8 +10,8 @@ the same frozen answerer (the shipped CPU answerer): the Mem-α policies build a
 answerer reads; the flat-memory baselines (MemAgent, MEM1-style) rewrite one paragraph per chunk that it reads
 instead, trained by memalpha_grpo.py --writer when runs/memalpha_grpo_<writer>/model exists, else their
 warm-starts; "expert memory" is the store the scripted expert writes, read by the same answerer (what a memory
-written as it should be gives), "empty memory" the store before anything is written (the floor: what the
-answerer gets right without a memory); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
+written as it should be gives), "empty memory" the store before anything is written (the floor: what the answerer
+gets right without a memory); long-context (the latest LONG_CONTEXT_TOKENS of the chunks) and RAG-top2 (the two
 chunks BM25 ranks highest for the question) have no memory, and the answerer's own weights read the chunks instead.
 Per policy and category: r_acc (the questions' mean score) with its 95% interval, memory tokens (what the answerer
 is shown) and tool-call success; then r_acc on mixed tasks of 1x, 4x, 8x and 13x the training chunks. Writes

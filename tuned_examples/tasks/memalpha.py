@@ -49,6 +49,8 @@ flat paragraph, the latest chunks (long-context) and the two chunks BM25 ranks h
 EMPTY_MEMORY = {"memory": "none"}
 """The floor of the evaluation tables, as env options: every question asked over an empty store (not a kind of memory
 the answerer trains on)."""
+
+
 @dataclass(frozen=True)
 class Writer:
     """How a policy keeps its memory on the CPU task, and the warm-start it starts from (tuned_examples/warm_starts/
