@@ -268,7 +268,7 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
     learners, run = cfg.learners_cfg, cfg.env_runners_cfg
     shape = shape or ModelShape.from_checkpoint(learners.model_path)
     e = 2 if learners.dtype == "bfloat16" else 4
-    n, stage, budget = learners.num_learners, learners.zero_stage, learners.token_budget
+    n, stage, budget = max(learners.num_learners, 1), learners.zero_stage, learners.token_budget
     engine_config = dict(run.engine_config or {})
     context = _context(cfg, shape)
     response = _response_tokens(cfg, budget, context)

@@ -128,9 +128,10 @@ class Algorithm(EngineRecovery, Trainer):
         learner_refs = self.learner_group.init_weight_sync(host, port, world, backend, wait=False)
         engine_refs = [e.init_weight_sync.remote(host, port, first, world, backend)
                        for e, first in zip(self.engines, first_ranks)]
-        get(learner_refs + engine_refs, self.cfg.fault_tolerance_cfg.weight_sync_timeout_s,
-            f"joining the weight-sync group ({backend}, learner rank 0 and {n} engines' {world - 1} workers)",
-            "fault_tolerance.weight_sync_timeout_s")
+        limit, setting = self.cfg.fault_tolerance_cfg.weight_sync_timeout_s, "fault_tolerance.weight_sync_timeout_s"
+        what = f"joining the weight-sync group ({backend}, learner rank 0 and {n} engines' {world - 1} workers)"
+        get(engine_refs, limit, what, setting)
+        self.learner_group.wait(learner_refs, what, limit, setting)
         self._weight_metas = self.learner_group.weight_metas()
 
     def _rejoin_learners(self, failure: Exception) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import io
 import os
 import shutil
 import sys
@@ -31,6 +33,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TRAIN_KEYS = {"lm": ("loss_mask", "old_logprobs", "advantages"), "value": ("loss_mask", "old_values", "returns")}
 """Per-response-token arrays every training row carries besides its ids, by head; a policy's "ref_logprobs" is
 optional (all rows or none), and its "rollout_logprobs" are needed by an off-policy correction."""
+
+RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+"""What a learner sets in its process's environment to join DeepSpeed's world, besides LOCAL_RANK (which ZeRO-3
+reads at every step): put back after the start in a shared process."""
 
 STALE_BUILD_LOCK_S = 600.0
 """Age after which the lock of DeepSpeed's CPU communication op build is taken for one a killed process left behind:
@@ -122,18 +128,23 @@ def _import_muon_uncompiled() -> None:
 class Learner:
     """One rank of the data-parallel learner group (the group runs it as a Ray actor)."""
 
-    def __init__(self, config: LearnerConfig, rank: int, world_size: int):
-        """Cheap: the group first asks rank 0 to `listen`, then every rank to `start` at the address it got."""
+    def __init__(self, config: LearnerConfig, rank: int, world_size: int, own_process: bool = True):
+        """Cheap: the group first asks rank 0 to `listen`, then every rank to `start` at the address it got.
+        `own_process` False: a learner of world size 1 in a process it shares (memrl.learner.local)."""
         if not 0 <= rank < world_size:
             raise ValueError(f"learner rank {rank} is outside world size {world_size}")
+        if not own_process and world_size != 1:
+            raise ValueError(f"a learner in a shared process is a world of one rank; got world size {world_size}")
         process.learner_process(cuda=torch.cuda.is_available())
         self.config = config
         self.rank = rank
         self.world_size = world_size
+        self.own_process = own_process
         self._listener = None
         self._sync_pg = None
         self._kept_weights: tuple[int, list, torch.device] | None = None  # rank 0: (version, [(tag, tensors)], device)
-        keep_freed_memory()
+        if own_process:
+            keep_freed_memory()
 
     def node_ip(self) -> str:
         return rendezvous.node_ip()
@@ -148,7 +159,24 @@ class Learner:
         return listener
 
     def start(self, master_addr: str, master_port: int) -> None:
-        """Join the DeepSpeed world at master_addr:master_port (rank 0 serves it) and build the model and optimizer."""
+        """Join the DeepSpeed world at master_addr:master_port (rank 0 serves it) and build the model and optimizer.
+        In a shared process, the world of one rank an earlier learner there formed is joined instead, and neither the
+        rendezvous variables (but LOCAL_RANK) nor the seed outlast the start."""
+        if self.own_process:
+            self._start(master_addr, master_port)
+            return
+        saved = {key: os.environ.get(key) for key in RENDEZVOUS_VARIABLES}
+        try:
+            with torch.random.fork_rng(devices=[]):
+                self._start(master_addr, master_port)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def _start(self, master_addr: str, master_port: int) -> None:
         import deepspeed
         from deepspeed.accelerator import get_accelerator
 
@@ -162,13 +190,24 @@ class Learner:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "gloo":
             clear_stale_build_lock()
-        rendezvous.use_interface(master_addr)
         deadline_s = config.learners.dist_timeout_s
-        store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, deadline_s,
-                                      self._take_listener())
         timeout = timedelta(seconds=deadline_s)
-        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
-        deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)  # takes torch's group
+        listener = self._take_listener()
+        if dist.is_initialized():  # a shared process whose world of one rank an earlier learner formed
+            if listener is not None:
+                listener.close()
+            if dist.get_world_size() != 1:
+                raise RuntimeError(f"this process is already in a torch.distributed world of "
+                                   f"{dist.get_world_size()} ranks; a learner in it must be a world of one")
+        else:
+            rendezvous.use_interface(master_addr)
+            store = rendezvous.open_store(master_addr, master_port, self.rank, self.world_size, deadline_s, listener)
+            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
+                                    timeout=timeout)
+        # Takes torch's group. Its first call in a process prints a line about the CPU op, kept off a shared
+        # process's console.
+        with contextlib.redirect_stdout(io.StringIO()) if not self.own_process else contextlib.nullcontext():
+            deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
         self.device = torch.device(get_accelerator().current_device_name())
         torch.manual_seed(config.seed)
 

@@ -87,7 +87,8 @@ class LearnersConfig:
     """Local Hugging Face checkpoint to train (policy) and, with compute_ref, to keep frozen (reference); the tuned
     examples default to the shipped tiny model."""
     num_learners: int = 1
-    """DeepSpeed data-parallel ranks, one Ray actor each."""
+    """DeepSpeed data-parallel ranks, one Ray actor each; 0: one learner in the algorithm's own process, on its CPUs
+    (memrl.learner.local: no process to start, and a debugger stops inside it)."""
     num_gpus_per_learner: float = 0.0
     """GPUs each learner reserves (0 on CPU machines)."""
     num_cpus_per_learner: int = 1
@@ -121,10 +122,15 @@ class LearnersConfig:
         """Raise ValueError naming the first setting (as learners.<name>) outside what is allowed; model_path is
         checked where the learners start (a config may name a checkpoint on the cluster's nodes only)."""
         for name in ("num_learners", "num_cpus_per_learner", "token_budget", "weight_sync_bucket_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"learners.{name}={value!r} is not allowed; it must be an integer >= 1")
+            value, least = getattr(self, name), 0 if name == "num_learners" else 1
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+                raise ValueError(f"learners.{name}={value!r} is not allowed; it must be an integer >= {least}")
         _at_least("learners.num_gpus_per_learner", self.num_gpus_per_learner, 0)
+        if self.num_learners == 0 and (self.num_gpus_per_learner or self.resources_per_learner):
+            raise ValueError(f"learners.num_learners=0 trains in the algorithm's own process, on its CPUs, where "
+                             f"nothing is reserved; got num_gpus_per_learner={self.num_gpus_per_learner} and "
+                             f"resources_per_learner={self.resources_per_learner} (leave them unset, or use "
+                             f"num_learners >= 1)")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"learners.dtype={self.dtype!r} is not allowed; it must be one of {DTYPE_NAMES}")
         if not isinstance(self.gradient_checkpointing, bool):

@@ -78,7 +78,8 @@ def step_counts(rows: Sequence[Row]) -> tuple[float, float]:
 
 
 class LearnerGroup:
-    """N Learner actors forming one DeepSpeed data-parallel world."""
+    """N Learner actors forming one DeepSpeed data-parallel world, or with num_learners=0 one learner in this process
+    (memrl.learner.local), called the same way."""
 
     def __init__(self, config: LearnerConfig, *, faults: FaultToleranceConfig | None = None,
                  placement: tuple[PlacementGroup, list[int]] | None = None):
@@ -93,13 +94,18 @@ class LearnerGroup:
         if not Path(learn.model_path or "").is_dir():
             raise ValueError(f"learners.model_path {learn.model_path!r} is not a local checkpoint directory")
         self.config = config
-        self.num_learners = num_learners
+        self.local = num_learners == 0
+        self.num_learners = max(num_learners, 1)  # the ranks rows are split over
         self.call_timeout_s = faults.learner_timeout_s
         self.start_timeout_s = start_timeout_s
         self.learners: list = []
+        self._pg = None
         if not num_gpus_per_learner and not _cpu_comm_op_built():
             print("Building DeepSpeed's CPU communication op (first run on this machine only, about a minute)...",
                   file=sys.stderr, flush=True)
+        if self.local:
+            self._start_here(config)
+            return
         # Ray sets each actor's OMP_NUM_THREADS to its CPUs, so torch trains on that many threads.
         bundle = {"CPU": num_cpus_per_learner, **({"GPU": num_gpus_per_learner} if num_gpus_per_learner else {}),
                   **learn.resources_per_learner}
@@ -134,6 +140,16 @@ class LearnerGroup:
         get([a.start.remote(host, port) for a in self.learners], start_timeout_s,
             f"{num_learners} learners joining their DeepSpeed group at {host}:{port} and loading the model", what)
 
+    def _start_here(self, config: LearnerConfig) -> None:
+        """The one learner of num_learners=0, in this process, on loopback."""
+        from memrl.learner.local import LocalLearner
+
+        self.learners = [LocalLearner(config)]
+        what = "fault_tolerance.actor_start_timeout_s"
+        port = self.wait(self.learners[0].listen.remote(rendezvous.LOOPBACK), "listen", self.start_timeout_s, what)
+        self.wait(self.learners[0].start.remote(rendezvous.LOOPBACK, port), "start (loading the model)",
+                  self.start_timeout_s, what)
+
     def node_ip(self) -> str:
         """Learner rank 0's node address: the weight-sync group's master runs there."""
         return self.wait(self.learners[0].node_ip.remote(), "node_ip")
@@ -156,6 +172,8 @@ class LearnerGroup:
         call deadline, set by `setting`). A learner that dies or stalls raises LearnerFailed at once (its peers would
         wait in a collective); an error a learner raised comes through as raised."""
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+        if self.local:
+            return self._wait_here(refs, step, timeout_s, setting)
         ranks = {ref: rank for rank, ref in enumerate(refs if isinstance(refs, list) else [refs])}
         pending, deadline = list(ranks), time.monotonic() + timeout_s
         while pending:
@@ -171,6 +189,25 @@ class LearnerGroup:
             except RayActorError as exc:
                 raise LearnerFailed(f"learner {ranks[done[0]]} died during {step} ({type(exc).__name__})") from None
         return ray.get(refs, timeout=timeout_s)  # every one is done
+
+    @staticmethod
+    def _wait_here(refs, step: str, timeout_s: float, setting: str):
+        """`wait` for the learner in this process: its error comes through as raised; past the deadline (a stalled
+        learner) LearnerFailed."""
+        from memrl.learner.local import LocalCall
+
+        calls = refs if isinstance(refs, list) else [refs]
+        deadline = time.monotonic() + timeout_s
+        results = []
+        for call in calls:
+            if not isinstance(call, LocalCall):
+                raise TypeError(f"a learner group in this process waits on its own calls, not {type(call).__name__}")
+            try:
+                results.append(call.result(max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                raise LearnerFailed(f"the learner did not finish {step} within {timeout_s:g} s (stalled?); if it "
+                                    f"needs longer, raise {setting}") from None
+        return results if isinstance(refs, list) else results[0]
 
     def compute_logprobs(
         self, rows: Sequence[Row], reference: bool = False
@@ -269,15 +306,19 @@ class LearnerGroup:
         refs = self._call("save_checkpoint", path, wait=False)
         try:
             self.wait(refs, "save_checkpoint")
-        except RayTaskError as error:
-            ranks = ", ".join(str(rank) for rank, ref in enumerate(refs) if _raised(ref))
-            cause = error.cause if error.cause is not None else error
+        except (LearnerFailed, TimeoutError):
+            raise
+        except Exception as error:  # the learner is alive and raised
+            if not self.local and not isinstance(error, RayTaskError):
+                raise
+            ranks = "0" if self.local else ", ".join(str(rank) for rank, ref in enumerate(refs) if _raised(ref))
+            cause = error.cause if isinstance(error, RayTaskError) and error.cause is not None else error
             self.shutdown()
             folder, free = checkpoints.free_bytes(path)
+            waiting = "" if self.local else ": its other ranks were left waiting for it in the save's barrier"
             raise checkpoints.CheckpointError(
                 f"learner {ranks} could not write its part of the checkpoint at {path} ({type(cause).__name__}: "
-                f"{cause}); {folder} has {free:,} bytes free. The learner group is stopped: its other ranks were "
-                f"left waiting for it in the save's barrier") from None
+                f"{cause}); {folder} has {free:,} bytes free. The learner group is stopped{waiting}") from None
 
     def load_checkpoint(self, path: str) -> None:
         """Restore a save_checkpoint directory written by a group with the same number of learners."""
@@ -288,9 +329,13 @@ class LearnerGroup:
         self._call("save_hf", path)
 
     def shutdown(self) -> None:
-        """Stop the learner actors and free their placement group (not one it was given); safe to call twice."""
+        """Stop the learner actors (or close the learner in this process) and free their placement group (not one
+        it was given); safe to call twice."""
         for actor in self.learners:
-            ray.kill(actor)
+            if self.local:
+                actor.close()
+            else:
+                ray.kill(actor)
         self.learners = []
         if self._pg is not None and self._owns_pg:
             remove_placement_group(self._pg)
