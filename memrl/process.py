@@ -1,4 +1,5 @@
-"""Per-process set-up: every change memrl makes to a process's environment variables and warning filters.
+"""Per-process set-up: every change memrl makes to a process's environment variables and warning filters, and the
+torch threads of the threads it starts.
 
 Nothing in memrl changes them at import. Each kind of process calls its set-up where it starts: a learner actor in
 its constructor (`learner_process`), a vLLM engine before it imports vLLM (`vllm_engine_process`), the driver before
@@ -31,6 +32,15 @@ def quiet_local_workers() -> None:
     """The driver, before it starts a local Ray: vLLM's log level for the workers, which inherit this environment
     (faster than a job-wide runtime_env: 5.5-6.0 s against 6.5-6.7 s to start one engine, learner and runner)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def torch_threads_as_set() -> None:
+    """A thread memrl starts that runs torch (the learner of num_learners=0, sampling ahead, a continuous batcher):
+    computes on as many threads as torch.set_num_threads gave the process. OpenMP keeps that count per thread, and a
+    new one would otherwise compute on every core (unless OMP_NUM_THREADS says otherwise, as Ray sets it in actors)."""
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())
 
 
 def use_loopback(interface: str) -> None:

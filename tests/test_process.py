@@ -6,6 +6,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 from memrl import process
 
 IMPORT_ALL = """
@@ -38,3 +40,34 @@ def test_each_set_up_changes_what_it_says(monkeypatch):
     assert (os.environ["DS_ACCELERATOR"], os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"],
             os.environ["VLLM_LOGGING_LEVEL"], os.environ["GLOO_SOCKET_IFNAME"], os.environ["NCCL_SOCKET_IFNAME"]) \
         == ("cpu", "0", "WARNING", "lo", "lo")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the loaded OpenMP library from /proc")
+def test_a_thread_that_runs_torch_computes_on_the_threads_set_for_the_process():
+    import ctypes
+    import threading
+
+    import torch
+
+    # OpenMP's own count, per thread (torch.get_num_threads reports the process's, whatever a thread uses).
+    library = next(line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line or "libomp" in line)
+    max_threads = ctypes.CDLL(library).omp_get_max_threads
+    set_here = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        counts = []
+
+        def run(set_up: bool) -> None:
+            if set_up:
+                process.torch_threads_as_set()
+            counts.append(max_threads())
+
+        for set_up in (False, True):
+            thread = threading.Thread(target=run, args=(set_up,))
+            thread.start()
+            thread.join()
+        assert counts[1] == 1
+        if "OMP_NUM_THREADS" not in os.environ:  # without the set-up: OpenMP's default, every core
+            assert counts[0] == len(os.sched_getaffinity(0))
+    finally:
+        torch.set_num_threads(set_here)

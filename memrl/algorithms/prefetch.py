@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from memrl import process
 from memrl.episode import Trajectory, from_arrow
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Prefetch:
 
     def _run(self, sample: Callable[[], Any]) -> None:
         try:
+            process.torch_threads_as_set()  # an engine in this process samples here
             self._out["value"] = sample()
         except BaseException as exc:  # handed to the caller of result()
             self._out["error"] = exc

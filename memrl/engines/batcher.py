@@ -17,6 +17,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from memrl import process
 from memrl.engines.base import GenerationOutput, InferenceEngine, SamplingConfig
 
 
@@ -73,6 +74,7 @@ class ContinuousBatcher:
             return sum(len(prompts) for prompts, _, _ in self._queued)
 
     def _serve(self) -> None:
+        process.torch_threads_as_set()
         while True:
             with self._wake:
                 while self._paused or (not self._queued and not self._owners):

@@ -48,7 +48,10 @@ class LocalLearner:
     def __init__(self, config):
         from memrl.learner.learner import Learner
 
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrl-learner")
+        from memrl.process import torch_threads_as_set
+
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memrl-learner",
+                                                           initializer=torch_threads_as_set)
         self._learner = self._pool.submit(Learner, config, 0, 1, own_process=False).result()
 
     def __getattr__(self, name: str) -> _Method:
