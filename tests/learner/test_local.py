@@ -50,6 +50,20 @@ def test_its_logprobs_are_the_models(group, tiny_checkpoint):
     np.testing.assert_allclose(logprobs, expected.numpy(), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
+def test_a_second_learner_here_joins_the_same_world_of_one(group):
+    # As a PPO critic's group does beside the policy's, or a recovered learner's after the first.
+    rows = [{"prompt_ids": np.array([1, 87, 85]), "response_ids": np.array([342, 85])}]
+    second = LearnerGroup(group.config)
+    try:
+        (here,), _ = second.compute_logprobs(rows)
+        (first,), _ = group.compute_logprobs(rows)
+        np.testing.assert_array_equal(here, first)
+    finally:
+        second.shutdown()
+    assert group.compute_logprobs(rows)[0][0].tolist() == first.tolist()  # the first one goes on
+
+
 def test_a_call_past_its_deadline_is_a_learner_failure_naming_the_setting():
     stalled = LocalCall(concurrent.futures.Future(), "train_step")
     with pytest.raises(LearnerFailed, match=r"did not finish train_step within 0.2 s .*raise "
