@@ -126,7 +126,8 @@ def _import_muon_uncompiled() -> None:
 
 
 class Learner:
-    """One rank of the data-parallel learner group (the group runs it as a Ray actor)."""
+    """One rank of the data-parallel learner group (the group runs it as a Ray actor, or with num_learners=0 on a
+    thread of its own process: memrl.learner.local)."""
 
     def __init__(self, config: LearnerConfig, rank: int, world_size: int, own_process: bool = True):
         """Cheap: the group first asks rank 0 to `listen`, then every rank to `start` at the address it got.
