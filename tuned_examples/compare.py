@@ -72,7 +72,8 @@ QUICK = Budget(sft_steps=2, sft_rows=8, rl_iterations=1, trajectories=8, heldout
 SFT_EVAL_TASKS = 16
 """Greedy episodes the SFT itself scores (its summary; the table's scores come from the held-out tasks)."""
 LEARNERS = 2
-"""ZeRO-3 learners of every SFT and RL run (--quick: 1, which sums the same gradients)."""
+"""ZeRO-3 learners of every SFT and RL run (--quick: 0, one learner in this process, which sums the same
+gradients)."""
 
 
 @dataclass(frozen=True)
@@ -446,7 +447,7 @@ def main() -> None:
             init_ray(0)
         for i, (row, column) in enumerate(todo, 1):
             print(f"cell {i}/{len(todo)}: {row.label} on {column.label}", flush=True)
-            record = run_cell(row, column, budget, out, args.engine, 1 if args.quick else LEARNERS)
+            record = run_cell(row, column, budget, out, args.engine, 0 if args.quick else LEARNERS)
             print(f"  {interval(record['score'])} in {record['wall_s'] / 60:.1f} min", flush=True)
     data = make_table(out, results, budget)
     print(f"{len(data['cells'])} cells; wrote {results}/compare_table.md")

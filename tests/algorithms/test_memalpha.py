@@ -57,7 +57,7 @@ def test_a_memalpha_iteration_trains_every_chunk_row_with_its_own_reward(ray_ses
                 "answerer": "actor:memalpha-iteration-answerer"})
             .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, workflow="memalpha",
                          engine="torch", max_tokens=16)
-            .learners(model_path=str(tiny_checkpoint), num_learners=1)
+            .learners(model_path=str(tiny_checkpoint), num_learners=0)
             .training(lr=1e-5, tasks_per_iteration=2, group_size=2)
             .debugging(seed=1)
             .build())

@@ -152,7 +152,7 @@ def test_mempo_iteration_from_the_warm_start(ray_session):
             .environment("memrl/Search-v0", env_config={**env_config(), "reward": "answer_format"})
             .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, workflow="mempo",
                          workflow_config=workflow_config("mempo"), engine="torch", max_tokens=MAX_TOKENS)
-            .learners(model_path=str(WARM_START), num_learners=1, token_budget=8192)
+            .learners(model_path=str(WARM_START), num_learners=0, token_budget=8192)
             .training(lr=1e-5, tasks_per_iteration=2, group_size=4, stitch_trajectories=True)
             .debugging(seed=1)
             .build())

@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import ray
 
 from memrl.algorithms import PPOConfig
 from memrl.engines import stop_engine
@@ -104,7 +103,7 @@ def _mem1_config(checkpoint) -> PPOConfig:
             .environment("memrl/Search-v0", env_config={"num_objectives": 2, "max_turns": 3})
             .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, workflow="mem1",
                          workflow_config={"memory_tokens": 24}, engine="torch", max_tokens=12)
-            .learners(model_path=str(checkpoint), num_learners=1, token_budget=4096)
+            .learners(model_path=str(checkpoint), num_learners=0, token_budget=4096)  # policy and critic here too
             .training(lr=1e-3, critic_lr=1e-3, tasks_per_iteration=4, num_minibatches=2)
             .evaluation(evaluation_num_tasks=3)
             .debugging(seed=5))
@@ -116,9 +115,7 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     straight = [algo.train() for _ in range(2)]
     path = algo.save_to_path(tmp_path / "ckpt")  # after iteration 2; the run goes on as if it had not saved
     straight.append(algo.train())
-    stop_engine(algo.engines[0])  # in this process
-    for actor in [*algo.learner_group.learners, *algo.critic_group.learners]:
-        ray.kill(actor)
+    stop_engine(algo.engines[0])  # in this process, as the learners are: all of them dropped
     algo.learner_group.shutdown()
     algo.critic_group.shutdown()
     first = straight[0]
@@ -131,9 +128,9 @@ def test_mem1_ppo_iterations_train_critic_and_policy_and_resume(ray_session, tin
     assert math.isfinite(learners["pg_loss"]) and learners["grad_norm"] > 0
     assert straight[-1]["learners"]["critic_vf_loss"] != learners["critic_vf_loss"]
 
-    # After every actor was killed, a new algorithm restores policy, critic and the runners (in this process here;
-    # runner actors are restored in tests/algorithms/test_algorithm.py) and does the third iteration exactly as the
-    # uninterrupted run did.
+    # After all of it was dropped, a new algorithm restores policy, critic and the runners (in this process here;
+    # learner and runner actors are restored in tests/algorithms/test_algorithm.py) and does the third iteration
+    # exactly as the uninterrupted run did.
     algo = _mem1_config(tiny_checkpoint).build()
     algo.restore_from_path(path)
     resumed = algo.train()

@@ -21,12 +21,12 @@ ACROSS_BROADCASTS = "memrl_test/EchoAcrossBroadcasts-v0"
 
 def _config(checkpoint, max_staleness: int = 1, env_config: dict | None = None,
             env: str = "memrl/Echo-v0") -> DAPOConfig:
-    """Runners and the engine in the driver's process: sampling ahead runs on a thread of the driver while the
-    learner trains, and each broadcast reaches the engine there."""
+    """Runners, the engine and the learner in the driver's process: sampling ahead runs on a thread of the driver
+    while the learner trains on its own, and each broadcast reaches the engine there."""
     return (DAPOConfig()
             .environment(env, env_config=env_config or {"num_turns": 2, "reward": "similarity"})
             .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
-            .learners(model_path=str(checkpoint), num_learners=1, token_budget=256)
+            .learners(model_path=str(checkpoint), num_learners=0, token_budget=256)
             .training(lr=1e-3, tasks_per_iteration=3, group_size=4, max_staleness=max_staleness,
                       use_rollout_logprobs=False, off_policy_correction="tis", importance_cap=2.0)
             .debugging(seed=3))
@@ -47,8 +47,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     path = algo.save_to_path(tmp_path / "ckpt")
     assert list(load_batches(path)) == [2]
     straight += [algo.train(), algo.train()]
-    for actor in [*algo.engines, *algo.learner_group.learners]:  # the runners live in this process
-        ray.kill(actor)
+    ray.kill(algo.engines[0])  # the runners and the learner live in this process: dropped with it
     algo.learner_group.shutdown()
 
     for i, result in enumerate(straight, start=1):
@@ -75,7 +74,7 @@ def test_one_batch_ahead_counts_versions_corrects_and_resumes_exactly(ray_sessio
     assert first["is_weight_mean"] == pytest.approx(1.0, abs=1e-3)  # same weights: engine and learner agree
     assert 0 <= straight[0]["timers"]["outside_model_fraction"] < 1
 
-    # After every actor was killed, the restored run trains the batch sampled ahead and goes on exactly. Its engine
+    # After all of it was gone, the restored run trains the batch sampled ahead and goes on exactly. Its engine
     # dies while the learners train on batch 3 and batch 4 is sampled ahead: the new engine gets the weights batch 4
     # was meant for (learner rank 0's copy), so batch 4 and the run's figures are the uninterrupted ones, not those of
     # weights one step on.

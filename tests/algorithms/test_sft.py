@@ -146,9 +146,9 @@ def test_workflow_without_or_with_a_wrong_expert_response_is_refused(tokenizer):
 
 
 def _config(checkpoint, **training) -> SFTConfig:
-    """SFT on Echo with one learner (the RL tests restore and recover ZeRO-3 partitions over two ranks; SFT's learners
-    are the same group)."""
-    return (SFTConfig().learners(model_path=str(checkpoint), num_learners=1, token_budget=1024)
+    """SFT on Echo with the learner in this process (the RL tests restore and recover ZeRO-3 partitions over two
+    ranks; SFT's learners are the same group)."""
+    return (SFTConfig().learners(model_path=str(checkpoint), num_learners=0, token_budget=1024)
             .training(**{"num_train_tasks": 200, "batch_size": 32, "lr": 3e-3, **training})
             .evaluation(evaluation_num_tasks=32).debugging(seed=1))
 
@@ -218,6 +218,7 @@ def test_restored_run_continues_exactly_as_the_uninterrupted_one(ray_session, ti
     # The rate decays linearly to 0 at step 9: the restored and the recovered learners go on along it. The held-out
     # episodes take the evaluation's env overrides (three turns each where training's have one).
     config = (_config(tiny_checkpoint, steps=9, steps_per_iteration=3, lr_schedule="linear", lr_decay_steps=9)
+              .learners(num_learners=1)  # an actor, which dies below
               .environment("memrl/Echo-v0", env_config={"num_turns": 1})
               .evaluation(evaluation_num_tasks=8, evaluation_env_config={"num_turns": 3}))
     algo = config.build()

@@ -427,8 +427,10 @@ def test_zero2_tempered_train_step_equals_single_process(ray_session, tiny_check
 
 @pytest.mark.slow
 def test_lr_schedule_drives_the_optimizer_and_resumes_where_it_was(ray_session, tiny_checkpoint, tmp_path):
-    # Warm-up over 2 steps, then linear decay to 0 at step 4: lr x 0.5, 1, 1, 0.5, 0.
-    config = _config(tiny_checkpoint, compute_ref=False, lr_schedule="linear", lr_warmup_steps=2, lr_decay_steps=4)
+    # Warm-up over 2 steps, then linear decay to 0 at step 4: lr x 0.5, 1, 1, 0.5, 0. The learner runs in this
+    # process (num_learners=0): the schedule and its resume are the point, not where the learner runs.
+    config = _config(tiny_checkpoint, num_learners=0, compute_ref=False, lr_schedule="linear", lr_warmup_steps=2,
+                     lr_decay_steps=4)
     rows = _rows(5, [(5, 7), (9, 3)])
     group = LearnerGroup(config)
     try:

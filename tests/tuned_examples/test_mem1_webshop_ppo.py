@@ -104,13 +104,12 @@ def test_the_cpu_default_names_the_warm_start_to_build(monkeypatch, capsys, tmp_
 
 @pytest.mark.slow
 def test_short_run_of_the_cpu_default(ray_session, tmp_path):
-    # On the torch engine and the env runner, both in this process, and one learner: the example's env, workflow,
-    # reward and evaluation are the point here; vLLM serving training end to end is
-    # tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors
-    # tests/rollout's.
+    # On the torch engine, the env runner and the learner, all in this process: the example's env, workflow, reward and
+    # evaluation are the point here; vLLM serving training end to end is tests/algorithms/test_algorithm.py's, learner
+    # actors and ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors tests/rollout's.
     cfg = (use_engine(mem1_webshop_ppo.config(), "torch")
            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=4)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=4)
            .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=4))
     summary = train(cfg, iterations=2, out=tmp_path)

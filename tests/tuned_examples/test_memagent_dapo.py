@@ -79,14 +79,14 @@ def test_cpu_task_rejects_unknown_workflows():
 
 @pytest.mark.slow
 def test_short_dapo_run_of_the_cpu_default(ray_session, tmp_path):
-    # At the warm-start's length (10 documents, a quarter of the main job's calls), on the torch engine and the env
-    # runner, both in this process, and one learner: the example's env, workflow, reward and evaluation are the point
-    # here; vLLM serving training end to end is tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks
+    # At the warm-start's length (10 documents, a quarter of the main job's calls), on the torch engine, the env runner
+    # and the learner, all in this process: the example's env, workflow, reward and evaluation are the point here; vLLM
+    # serving training end to end is tests/algorithms/test_algorithm.py's, learner actors and ZeRO-3 over two ranks
     # tests/learner's and tests/algorithms', runner actors tests/rollout's.
     cfg = use_engine(config(WARM_START, num_docs=NUM_DOCS), "torch")
     cfg = (cfg
            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=8)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=2, group_size=4)
            .evaluation(evaluation_num_tasks=8))
     summary = train(cfg, iterations=2, out=tmp_path)
@@ -117,7 +117,7 @@ def test_each_memory_write_is_credited_on_its_own(ray_session):
            .environment(env_config={**config(WARM_START).environment_cfg.env_config, "num_docs": NUM_DOCS,
                                     "score_memories": True})
            .env_runners(num_envs_per_env_runner=4)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=1, group_size=4, advantage_estimator="call_by_position",
                      dynamic_sampling=False, max_staleness=0))
     algo = cfg.build()

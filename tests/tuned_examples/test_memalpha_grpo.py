@@ -42,13 +42,12 @@ def test_command_line_refuses_gpu_runs_without_room_for_the_answerer(args, messa
 def test_short_grpo_run_of_the_cpu_default(ray_session, tmp_path, actor_gone):
     # The algorithm serves the frozen answerer itself (a side service) and stops it at the end.
     assert config(WARM_START).resources()[0]["CPU"] == 4  # two learners, the engine and the answerer
-    # On the torch engine and the env runner, both in this process, and one learner: the example's env, workflow,
-    # reward and evaluation are the point here; vLLM serving training end to end is
-    # tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors
-    # tests/rollout's.
+    # On the torch engine, the env runner and the learner, all in this process: the example's env, workflow, reward and
+    # evaluation are the point here; vLLM serving training end to end is tests/algorithms/test_algorithm.py's, learner
+    # actors and ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors tests/rollout's.
     cfg = (use_engine(config(WARM_START), "torch")
            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=8)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=2, group_size=4)
            .evaluation(evaluation_num_tasks=6))
     summary = train(cfg, iterations=2, out=tmp_path, metric="r_acc")

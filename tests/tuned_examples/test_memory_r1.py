@@ -72,12 +72,12 @@ def test_short_answer_stage_on_the_banks_a_fixed_manager_wrote(ray_session, tmp_
     with pytest.raises(FileNotFoundError, match=r"the manager '.*no-manager' is not a Hugging Face checkpoint"):
         memory_r1.write_banks(tmp_path / "no-manager", seeds[:1], tmp_path / "bad", 64,
                               memory_r1.env_config("manager"), engine="torch")
-    # On the torch engine and the env runner, both in this process, and one learner: the stage's env, banks and reward
+    # On the torch engine, the env runner and the learner, all in this process: the stage's env, banks and reward
     # are the point here.
     cfg = (use_engine(memory_r1._cpu(memory_r1.GRPOConfig(), ANSWER_WARM_START,
                                      memory_r1.env_config("answer", banks_dir=str(banks)), 64), "torch")
            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=8)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=2, group_size=4)
            .evaluation(evaluation_num_tasks=6))
     summary = train(cfg, iterations=iterations, out=tmp_path / "run")

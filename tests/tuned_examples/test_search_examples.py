@@ -124,13 +124,12 @@ def test_cpu_task_names_bad_workflows():
 @pytest.mark.slow
 @pytest.mark.parametrize("example", [mem1_ppo, memsearcher_grpo, mempo_grpo, resum_grpo])
 def test_short_run_of_the_cpu_default(ray_session, tmp_path, example):
-    # On the torch engine and the env runner, both in this process, and one learner: the example's env, workflow,
-    # reward and evaluation are the point here; vLLM serving training end to end is
-    # tests/algorithms/test_algorithm.py's, ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors
-    # tests/rollout's.
+    # On the torch engine, the env runner and the learner, all in this process: the example's env, workflow, reward and
+    # evaluation are the point here; vLLM serving training end to end is tests/algorithms/test_algorithm.py's, learner
+    # actors and ZeRO-3 over two ranks tests/learner's and tests/algorithms', runner actors tests/rollout's.
     cfg = (use_engine(example.config(), "torch")
            .env_runners(num_env_runners=0, num_engines=0, num_envs_per_env_runner=8)
-           .learners(num_learners=1)
+           .learners(num_learners=0)
            .training(tasks_per_iteration=2, group_size=1 if example is mem1_ppo else 4)
            .evaluation(evaluation_num_tasks=4, evaluation_num_envs_per_env_runner=4))
     summary = train(cfg, iterations=2, out=tmp_path)

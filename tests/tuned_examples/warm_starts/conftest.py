@@ -1,6 +1,6 @@
-"""The recipes' short forms train on one learner: what they test is each recipe's data, stages and outputs. Two
-DeepSpeed ranks (the recipes' NUM_LEARNERS) are tested on SFT in tests/algorithms/test_sft.py and on the learner
-group in tests/learner."""
+"""The recipes' short forms train with their learner in the test's process (num_learners=0): what they test is each
+recipe's data, stages and outputs. Learner actors and two DeepSpeed ranks (the recipes' NUM_LEARNERS) are tested in
+tests/algorithms and tests/learner."""
 
 import pytest
 
@@ -8,6 +8,6 @@ from memrl_tuned_examples.warm_starts import memagent_sft, memalpha_sft, memory_
 
 
 @pytest.fixture(autouse=True)
-def one_learner(monkeypatch):
+def learner_here(monkeypatch):
     for recipe in (memagent_sft, memalpha_sft, memory_r1_sft, search_sft, webshop_sft):
-        monkeypatch.setattr(recipe, "NUM_LEARNERS", 1)
+        monkeypatch.setattr(recipe, "NUM_LEARNERS", 0)
