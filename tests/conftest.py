@@ -7,9 +7,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import pyarrow as pa
-import pytest
-import torch
+# OpenMP threads that wait passively, in the test processes and in every process they start (subprocesses and Ray
+# actors inherit it): on two cores shared by three workers and their actors, a thread spinning for work between
+# parallel regions burns the CPU another process needs. Set before torch loads OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pyarrow as pa  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 DURATIONS = Path(__file__).with_name("durations.json")
 """Seconds each test file took in a whole run (setup, call and teardown of its tests), written by
