@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 def _config(checkpoint, num_learners: int = 2) -> DAPOConfig:
     """Echo on 2 env runners over one engine; 2 learners where ranks matter to the test (a rank left behind in a
-    collective, ZeRO-3 partitions checkpointed and restored, weights gathered for the sync), else 1 (0, in this
-    process, where the runners and the engine are here too and learner actors are not the point)."""
+    collective, ZeRO-3 partitions checkpointed and restored, weights gathered for the sync), 1 where a learner actor
+    dies, stalls or is placed, else 0 (in this process: learner actors are not the point)."""
     return (DAPOConfig()
             .environment("memrl/Echo-v0", env_config={"num_turns": 2, "reward": "similarity"})
             .env_runners(num_env_runners=2, num_envs_per_env_runner=4, engine="torch", max_tokens=6)
@@ -155,8 +155,8 @@ def test_no_episode_lost_when_a_runner_dies_mid_iteration(ray_session, tiny_chec
 
 @pytest.mark.parametrize("num_env_runners", [2, 0])
 def test_failed_episodes_are_counted_and_neither_trained_on_nor_scored(ray_session, tiny_checkpoint, num_env_runners):
-    # With runners in this process, the engine and the learner are there too (num_engines=0, num_learners=0).
-    config = _config(tiny_checkpoint, num_learners=1 if num_env_runners else 0).environment(
+    # The learner in this process (num_learners=0); with runners here, the engine too (num_engines=0).
+    config = _config(tiny_checkpoint, num_learners=0).environment(
         env_config={"num_turns": 2, "reward": "similarity", "failure_rate": 0.4}).env_runners(
         num_env_runners=num_env_runners, num_engines=1 if num_env_runners else 0)
     algo = config.build()
@@ -225,7 +225,7 @@ def test_minibatches_take_one_optimizer_step_each_and_train_every_row_once(ray_s
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     # Under continuous batching: the engine serves both runners' requests from one running batch.
-    algo = (_config(tiny_checkpoint, num_learners=1).training(num_minibatches=2)
+    algo = (_config(tiny_checkpoint, num_learners=0).training(num_minibatches=2)
             .env_runners(continuous_batching=True).debugging(wandb_project="memrl-test").build())
     result = algo.train()
     assert ray.get(algo.engines[0].max_requests_in_flight.remote(), timeout=60) > 1  # calls shared a step
@@ -250,8 +250,9 @@ def _slow_steps(checkpoint) -> DAPOConfig:
 
 @pytest.fixture(scope="module")
 def straight_slow_steps(ray_session, tiny_checkpoint) -> list[dict]:
-    """Eight iterations of _slow_steps without a fault: what every recovered run must reproduce."""
-    algo = _slow_steps(tiny_checkpoint).build()
+    """Eight iterations of _slow_steps without a fault: what every recovered run must reproduce. Its learner runs in
+    this process (num_learners=0), which trains as a learner actor does."""
+    algo = _slow_steps(tiny_checkpoint).learners(num_learners=0).build()
     try:
         return [algo.train() for _ in range(8)]
     finally:
@@ -381,7 +382,8 @@ def test_a_periodic_save_without_room_fails_at_once_naming_the_disk(ray_session,
 
     from memrl.checkpoints import CheckpointError
 
-    algo = _config(tiny_checkpoint).fault_tolerance(
+    # Two learner ranks (one left in DeepSpeed's barrier is the point); the runner and the engine in this process.
+    algo = _config(tiny_checkpoint).env_runners(num_env_runners=0, num_engines=0).fault_tolerance(
         checkpoint_frequency=1, checkpoint_dir=str(tmp_path / "periodic"), keep_checkpoints=2,
         learner_timeout_s=300).build()
     algo.train()  # the first save: its size is what the next one needs
