@@ -386,7 +386,8 @@ def test_a_failed_search_ends_only_its_episode_and_a_slow_one_holds_up_no_other_
 def test_retries_with_backoff_absorb_a_flaky_server_and_a_dead_one_fails_episodes_not_the_round(
         ray_session, tiny_checkpoint, flaky_server):
     engine = _scripted_search_engine(tiny_checkpoint)
-    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, http_retries=1), [engine], num_runners=2)
+    # The runner in this process (num_runners=0): the server's failures, not runner actors, are the point.
+    group = EnvRunnerGroup(_search_spec(tiny_checkpoint, flaky_server, http_retries=1), [engine], num_runners=0)
     # One episode per question: the only request that repeats a failed one's body is its retry.
     trajs = from_arrow(group.sample(_tasks(8, group_size=1), seed=0)[0])
     assert len(_FlakyRetrieval.failed) == 3  # requests 2, 5 and 9 failed
@@ -412,7 +413,7 @@ def test_a_retrieval_actor_killed_during_a_round_costs_nothing(ray_session, tiny
     engine = _scripted_search_engine(tiny_checkpoint)
     spec = _search_spec(tiny_checkpoint, "bm25")
     spec.env_config = {**spec.env_config, "retrieval_actor": "test-runner-retrieval"}
-    group = EnvRunnerGroup(spec, [engine], num_runners=2)
+    group = EnvRunnerGroup(spec, [engine], num_runners=0)  # the runner here: the retrieval actor is the point
     tasks = _tasks(8)
     want = from_arrow(group.sample(tasks, seed=0)[0])
     pid = _pid(server.actor)
