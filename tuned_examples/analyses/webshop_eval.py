@@ -1,6 +1,6 @@
 """MEM1's WebShop table in shape (paper, Table 2): reward and cost of MEM1 against the ReAct baselines.
 
-    python tuned_examples/analyses/webshop_eval.py  # RL policies of mem1_webshop_ppo.py where trained, else warm-starts
+    python tuned_examples/analyses/webshop_eval.py  # the warm-starts, and mem1_webshop_ppo.py's RL policies where trained
     python tuned_examples/analyses/webshop_eval.py --policy MEM1=runs/mem1_webshop_ppo/model:webshop_mem1 --num-tasks
     200
 
@@ -33,16 +33,11 @@ NAMES = {"webshop_mem1": "MEM1", "webshop_react": "ReAct", "webshop_react_trunca
 
 
 def default_policies() -> list[tuple[str, Path, str]]:
-    """(name, checkpoint, workflow): each workflow's RL policy where trained, else its built warm-start (truncated
-    ReAct's is ReAct's)."""
-    found = []
-    for workflow, name in NAMES.items():
-        trained = TRAINED[workflow]
-        path, label = (trained, f"RL {name}") if (trained / "config.json").is_file() else (
-            warm_start(workflow), f"{name} warm-start")
-        if (path / "config.json").is_file():
-            found.append((label, path, workflow))
-    return found
+    """(name, checkpoint, workflow): each workflow's built warm-start (truncated ReAct's is ReAct's), then each
+    workflow's RL policy where mem1_webshop_ppo.py has trained it, so every RL row stands beside where it started."""
+    warm = [(f"{name} warm-start", warm_start(workflow), workflow) for workflow, name in NAMES.items()]
+    trained = [(f"RL {name}", TRAINED[workflow], workflow) for workflow, name in NAMES.items()]
+    return [(label, path, workflow) for label, path, workflow in warm + trained if (path / "config.json").is_file()]
 
 
 def measure(name: str, path: Path, workflow: str, num_tasks: int, engine: str, seed: int = 0,
@@ -147,7 +142,7 @@ def _policy(text: str) -> tuple[str, Path, str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", type=_policy, action="append",
-                   help="NAME=CHECKPOINT:WORKFLOW (repeatable; default: every RL policy or warm-start found)")
+                   help="NAME=CHECKPOINT:WORKFLOW (repeatable; default: every warm-start and RL policy found)")
     p.add_argument("--num-tasks", type=int, default=500, help="held-out tasks per policy")
     p.add_argument("--engine", choices=("vllm", "torch"), default="vllm")
     p.add_argument("--out", type=Path, default=RUNS / "webshop_eval")

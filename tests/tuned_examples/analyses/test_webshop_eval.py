@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from memrl_tuned_examples.analyses import webshop_eval
+from memrl_tuned_examples.tasks.webshop import warm_start
 
 
 def test_table_rows_and_lengths(tmp_path):
@@ -25,6 +26,20 @@ def test_table_rows_and_lengths(tmp_path):
     assert webshop_eval._policy("M=/x/y:webshop_mem1") == ("M", Path("/x/y"), "webshop_mem1")
     with pytest.raises(argparse.ArgumentTypeError, match="not one of"):
         webshop_eval._policy("M=/x/y:mem1")
+
+
+def test_the_table_shows_every_warm_start_then_each_rl_policy_trained(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no RL runs here
+    warm = [("MEM1 warm-start", warm_start("webshop_mem1"), "webshop_mem1"),
+            ("ReAct warm-start", warm_start("webshop_react"), "webshop_react"),
+            ("ReAct (truncated) warm-start", warm_start("webshop_react"), "webshop_react_truncated")]
+    assert webshop_eval.default_policies() == warm
+    for workflow in ("webshop_react_truncated", "webshop_mem1"):  # what mem1_webshop_ppo.py writes
+        (tmp_path / webshop_eval.TRAINED[workflow]).mkdir(parents=True)
+        (tmp_path / webshop_eval.TRAINED[workflow] / "config.json").write_text("{}")
+    assert webshop_eval.default_policies() == warm + [
+        ("RL MEM1", Path("runs/mem1_webshop_ppo/model"), "webshop_mem1"),
+        ("RL ReAct (truncated)", Path("runs/mem1_webshop_ppo_react_truncated/model"), "webshop_react_truncated")]
 
 
 @pytest.mark.slow
