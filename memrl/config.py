@@ -325,8 +325,8 @@ class AlgorithmConfig(_Config):
     @builder
     def learners(self, *, model_path: str | None = NOT_SET, num_learners: int = NOT_SET,
                  num_gpus_per_learner: float = NOT_SET, num_cpus_per_learner: int = NOT_SET,
-                 resources_per_learner: dict = NOT_SET, token_budget: int = NOT_SET, dtype: str = NOT_SET,
-                 zero_stage: int = NOT_SET, gradient_checkpointing: bool = NOT_SET,
+                 resources_per_learner: dict = NOT_SET, token_budget: int = NOT_SET, padding_free: bool = NOT_SET,
+                 dtype: str = NOT_SET, zero_stage: int = NOT_SET, gradient_checkpointing: bool = NOT_SET,
                  param_persistence_threshold: int = NOT_SET, attn_implementation: str = NOT_SET,
                  dist_timeout_s: float = NOT_SET, weight_sync_bucket_bytes: int = NOT_SET) -> Self:
         """Set LearnersConfig's settings."""

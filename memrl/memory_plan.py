@@ -4,9 +4,9 @@ config.json and the algorithm's config before any actor starts (`AlgorithmConfig
 A learner GPU holds its share of the ZeRO state (parameters, gradients, fp32 master weights and Adam moments,
 partitioned over the learners as the ZeRO stage says), its share of the frozen reference model, the parameters ZeRO-3
 gathers for the layers in flight and its reduce bucket, and the activations of one micro-batch (learners.token_budget
-padded tokens) with or without gradient checkpointing, plus the logits of the micro-batch's response tokens. An
-engine GPU holds its tensor-parallel share of the weights, the KV cache, the CUDA graph pool and the forward pass's
-peak. Both keep a reserve for the CUDA context and the allocator's fragmentation.
+tokens, padded or packed) with or without gradient checkpointing, plus the logits of the micro-batch's response
+tokens. An engine GPU holds its tensor-parallel share of the weights, the KV cache, the CUDA graph pool and the
+forward pass's peak. Both keep a reserve for the CUDA context and the allocator's fragmentation.
 
 The activation model counts the bytes autograd saves for the backward pass, per token, in a Qwen2- or Llama-style
 decoder (RMSNorm computed in float32, rotary embeddings, grouped-query attention through SDPA, a SwiGLU MLP), with e
@@ -276,6 +276,11 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
     loss = training.loss
     entropy_grad = loss.entropy_coef > 0
     checkpointing = learners.gradient_checkpointing
+    # The attention mask's rows: padded rows of up to the context each; rows packed without padding are one row of
+    # the whole budget under sdpa and eager (a block-causal mask), and need no mask under flash_attention_2.
+    row_tokens = min(budget, context)
+    if learners.padding_free:
+        row_tokens = 0 if learners.attn_implementation == "flash_attention_2" else budget
 
     def learner(head: str, name: str, reference: bool) -> GpuNeed:
         params = shape.num_params(head)
@@ -287,7 +292,7 @@ def plan(cfg, gpu_memory_gb: float | None = None, shape: ModelShape | None = Non
                                                max(shape.embedding_params, 2 * shape.layer_params))
         parts["reduce bucket"] = e * min(ZERO_REDUCE_BUCKET, params)
         act = activation_bytes(shape, e, budget, response if head == "lm" else 0, checkpointing=checkpointing,
-                               entropy_grad=entropy_grad, head=head, row_tokens=min(budget, context))
+                               entropy_grad=entropy_grad, head=head, row_tokens=row_tokens)
         parts["activations"] = act["peak"]
         return GpuNeed(name, parts, learners.num_gpus_per_learner,
                        "learners.num_learners (ZeRO shares), learners.token_budget (activations), "

@@ -130,7 +130,8 @@ def test_plain_config_cannot_build(tmp_path):
 
 def test_the_learners_get_their_sections_unchanged(tmp_path):
     config = (_valid(DAPOConfig(), tmp_path)
-              .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7)
+              .learners(zero_stage=2, attn_implementation="eager", dist_timeout_s=60.0, param_persistence_threshold=7,
+                        padding_free=True)
               .training(betas=[0.8, 0.95], eps=1e-6, lr=3e-4, lr_schedule="cosine", lr_warmup_steps=5,
                         lr_decay_steps=50, lr_min_ratio=0.1).debugging(seed=9))
     learner = config.learner_config(compute_ref=True)
@@ -194,6 +195,7 @@ def test_no_setting_has_a_second_default():
     (lambda c: c.learners(attn_implementation="flash"), "learners.attn_implementation='flash' is not allowed"),
     (lambda c: c.learners(dist_timeout_s=0), "learners.dist_timeout_s=0 is not allowed; it must be > 0"),
     (lambda c: c.learners(dtype="float16"), "learners.dtype='float16' is not allowed; it must be one of"),
+    (lambda c: c.learners(padding_free=1), "learners.padding_free=1 is not allowed; it must be True or False"),
     (lambda c: c.learners(num_learners=-1), "learners.num_learners=-1 is not allowed; it must be an integer >= 0"),
     (lambda c: c.learners(num_learners=0, num_gpus_per_learner=1),
      r"learners.num_learners=0 trains in the algorithm's own process, on its CPUs, .* num_gpus_per_learner=1"),

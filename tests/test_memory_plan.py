@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForTokenClassification, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from memrl.algorithms import DAPOConfig, PPOConfig
-from memrl.learner.batching import pad_rows
+from memrl.learner.batching import pack_rows, pad_rows
 from memrl.memory_plan import (GB, ModelShape, activation_bytes, fit_engines, layer_activation_bytes,
                                saved_tensor_bytes)
 
@@ -48,9 +48,9 @@ def test_a_7b_model_is_counted_as_published():
 
 
 def _measured(h: int, heads: int, kv_heads: int, dtype: torch.dtype, checkpointing: bool,
-              entropy_grad: bool) -> tuple[int, ModelShape, int, int]:
-    """Saved-tensor bytes of one learner forward (memrl's micro-batch, response logits, logprobs and entropy) on a
-    narrow Qwen2 with the 7B's MLP ratio; with the model's shape and the micro-batch's tokens."""
+              entropy_grad: bool, packed: bool = False) -> tuple[int, ModelShape, int, int]:
+    """Saved-tensor bytes of one learner forward (memrl's micro-batch, padded or packed, response logits, logprobs
+    and entropy) on a narrow Qwen2 with the 7B's MLP ratio; with the model's shape and the micro-batch's tokens."""
     torch.manual_seed(0)
     config = _qwen2(h, layers=3, heads=heads, kv_heads=kv_heads, mlp=int(h * 18944 / 3584))
     model = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa", dtype=dtype).train()
@@ -58,7 +58,7 @@ def _measured(h: int, heads: int, kv_heads: int, dtype: torch.dtype, checkpointi
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     rows = [{"prompt_ids": np.arange(1, 150) % 500, "response_ids": np.arange(7, 57) % 500},
             {"prompt_ids": np.arange(3, 100) % 500, "response_ids": np.arange(9, 99) % 500}]
-    mb = pad_rows(rows)
+    mb = (pack_rows if packed else pad_rows)(rows)
 
     def forward():
         with mb.head_sees_responses(model):
@@ -72,12 +72,14 @@ def _measured(h: int, heads: int, kv_heads: int, dtype: torch.dtype, checkpointi
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_activation_estimate_is_within_15_percent_of_the_measured_bytes_at_three_widths(dtype, checkpointing):
+@pytest.mark.parametrize("packed", [False, True])
+def test_activation_estimate_is_within_15_percent_of_the_measured_bytes_at_three_widths(dtype, checkpointing, packed):
     e = torch.tensor([], dtype=dtype).element_size()
     for h, heads, kv_heads, entropy_grad in [(64, 4, 2, True), (128, 4, 1, False), (256, 2, 1, True)]:
-        measured, shape, tokens, responses = _measured(h, heads, kv_heads, dtype, checkpointing, entropy_grad)
+        measured, shape, tokens, responses = _measured(h, heads, kv_heads, dtype, checkpointing, entropy_grad, packed)
+        # Padded: two rows of half the tokens each; packed: one row of them all, masked block-causally under sdpa.
         planned = activation_bytes(shape, e, tokens, responses, checkpointing=checkpointing,
-                                   entropy_grad=entropy_grad, row_tokens=tokens // 2)["saved"]
+                                   entropy_grad=entropy_grad, row_tokens=tokens if packed else tokens // 2)["saved"]
         assert planned == pytest.approx(measured, rel=0.15), (h, measured, planned)
 
 
@@ -126,6 +128,19 @@ def test_a_7b_run_with_checkpointing_on_eight_gpus_fits_an_80_gb_gpu_but_not_a_4
     names = [need.name for need in ppo.needs]
     assert names == ["learner", "critic learner", "engine"]
     assert ppo.needs[1].parts["activations"] < ppo.needs[0].parts["activations"]
+
+
+def test_rows_packed_without_padding_count_the_mask_their_attention_builds(tmp_path):
+    model = _checkpoint(tmp_path, QWEN25_7B)
+
+    def activations(**learners) -> float:
+        config = _dapo_7b(model, num_learners=4, checkpointing=True, token_budget=16384).learners(**learners)
+        return config.plan().needs[0].parts["activations"]
+
+    padded = activations()  # rows of up to the 8192-token context: a [2, 1, 8192, 8192] mask in bf16
+    packed = activations(padding_free=True)  # one row of 16384 tokens: a [1, 1, 16384, 16384] mask
+    varlen = activations(padding_free=True, attn_implementation="flash_attention_2")  # no mask at all
+    assert packed - padded == padded - varlen == 16384 * 2 * 8192
 
 
 def test_an_engine_without_a_kv_cache_size_gets_what_its_gpu_leaves(tmp_path):

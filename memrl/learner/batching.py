@@ -1,4 +1,6 @@
-"""Token-budget micro-batching and padding of conversation rows for the learner's forward passes."""
+"""Token-budget micro-batching of conversation rows for the learner's forward passes: right-padded into rows of
+equal length (`pad_rows`), or packed one after another into a single row without padding (`pack_rows`, the learners'
+padding_free setting), where each row's positions start again at 0 and attention stays within the row."""
 
 from __future__ import annotations
 
@@ -18,11 +20,14 @@ arrays such as "loss_mask", "old_logprobs", "advantages", "ref_logprobs". A stit
 ancestors, at position = depth, instead of every token before it."""
 
 
-def make_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Pack row indices into micro-batches whose padded size (rows x longest row) stays within `token_budget`.
+def make_micro_batches(lengths: Sequence[int], token_budget: int, packed: bool = False) -> list[list[int]]:
+    """Pack row indices into micro-batches whose size stays within `token_budget`: padded (rows x longest row) or,
+    with `packed`, the rows' own tokens (their sum; `pack_rows`).
 
-    Rows are taken longest first (ties by index), which keeps padding low; a row longer than the
-    budget gets a micro-batch of its own. The same input always gives the same output.
+    Rows are taken longest first (ties by index): padded, each goes into the current micro-batch while the padded
+    size allows, which keeps padding low; packed, into the first micro-batch with room for it (first fit
+    decreasing). A row longer than the budget gets a micro-batch of its own. The same input always gives the same
+    output.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
@@ -31,6 +36,16 @@ def make_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[i
             raise ValueError(f"row {i} has length {n}; every row needs at least one token")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
+    if packed:
+        room: list[int] = []
+        for i in order:
+            k = next((k for k, free in enumerate(room) if lengths[i] <= free), len(batches))
+            if k == len(batches):
+                batches.append([])
+                room.append(token_budget)
+            batches[k].append(i)
+            room[k] -= lengths[i]
+        return [sorted(b) for b in batches]
     longest = 0
     for i in order:
         # Rows come longest first, so the batch's first row sets its padded width.
@@ -75,24 +90,29 @@ def row_length(row: Row) -> int:
 
 @dataclass
 class MicroBatch:
-    """Right-padded model inputs for a few rows, with the indices that line logits up with response tokens."""
+    """Model inputs for a few rows (right-padded, or packed into one row), with the indices that line logits up with
+    response tokens. Whatever the inputs' layout, the response side is [B, T]: one row per conversation, padded."""
 
     input_ids: torch.Tensor
-    """[B, S] prompt then response ids, right-padded with 0."""
-    attention_mask: torch.Tensor
+    """[B, S] prompt then response ids, right-padded with 0; packed: [1, S], the rows one after another."""
+    attention_mask: torch.Tensor | None
     """[B, S] 1 on real tokens, 0 on padding; or, when a row is a token tree, [B, 1, S, S] bool: True where the
-    query token may attend to the key token (its ancestors and itself)."""
+    query token may attend to the key token (its ancestors and itself); packed: None (transformers keeps attention
+    within each row from the positions that start again at 0)."""
     position_ids: torch.Tensor
-    """[B, S] 0, 1, 2, ... along each row, or each token's depth in a tree (padding positions are masked anyway)."""
+    """[B, S] 0, 1, 2, ... along each row, or each token's depth in a tree (padding positions are masked anyway);
+    packed: [1, S], from 0 again at each row's first token."""
     logit_index: torch.Tensor
     """[B, T] position whose logits predict each response token (its parent: prompt length + j - 1 on a plain
-    row), 0 on padding."""
+    row; packed: plus the row's offset in the packed row), 0 on padding."""
     response_ids: torch.Tensor
     """[B, T] response token ids, right-padded with 0."""
     response_mask: torch.Tensor
     """[B, T] 1.0 on real response tokens, 0.0 on padding."""
     response_lengths: list[int]
     """Real response length of each row, to cut [B, T] results back into per-row arrays."""
+    packed: bool = False
+    """The inputs are the rows packed into one ([1, S]) rather than padded ([B, S])."""
 
     def response_values(self, rows: Sequence[Row], key: str) -> torch.Tensor:
         """[B, T] float32 tensor of a per-response-token array from each row, zero on padding."""
@@ -107,8 +127,10 @@ class MicroBatch:
         return out
 
     def at_response(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, D] rows of `x` ([B, S, D] hidden states or logits) at the positions that predict each response
-        token, in response order."""
+        """[B, T, D] rows of `x` ([B, S, D] hidden states or logits; packed, [1, S, D]) at the positions that predict
+        each response token, in response order."""
+        if self.packed:
+            return x[0, self.logit_index.to(x.device)]
         index = self.logit_index.to(x.device).unsqueeze(-1).expand(-1, -1, x.shape[-1])
         return torch.gather(x, 1, index)
 
@@ -153,12 +175,13 @@ class MicroBatch:
         """The same micro-batch with every tensor on `device`."""
         return MicroBatch(
             input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
+            attention_mask=None if self.attention_mask is None else self.attention_mask.to(device),
             position_ids=self.position_ids.to(device),
             logit_index=self.logit_index.to(device),
             response_ids=self.response_ids.to(device),
             response_mask=self.response_mask.to(device),
             response_lengths=self.response_lengths,
+            packed=self.packed,
         )
 
 
@@ -208,4 +231,41 @@ def pad_rows(rows: Sequence[Row]) -> MicroBatch:
         response_ids=response_ids,
         response_mask=response_mask,
         response_lengths=resp_lens,
+    )
+
+
+def pack_rows(rows: Sequence[Row]) -> MicroBatch:
+    """Pack rows (prompt + response) one after another into a single row, with no padding: the forward pass computes
+    only the rows' own tokens. Exact where transformers turns positions that start again at 0 into attention within
+    each row: a block-causal mask under sdpa and eager (the [S, S] mask of the packed row), variable-length kernels
+    under flash_attention_2 (no mask at all). Token trees (stitched trajectories) keep their own masks: pad them."""
+    if not rows:
+        raise ValueError("pack_rows needs at least one row")
+    if any("parents" in row for row in rows):
+        raise ValueError("pack_rows cannot pack token trees (rows with 'parents'); pad them with pad_rows")
+    resp_lens = [len(r["response_ids"]) for r in rows]
+    resp_len = max(max(resp_lens), 1)
+    response_ids = torch.zeros(len(rows), resp_len, dtype=torch.long)
+    response_mask = torch.zeros(len(rows), resp_len, dtype=torch.float32)
+    logit_index = torch.zeros(len(rows), resp_len, dtype=torch.long)
+    ids, positions, offset = [], [], 0
+    for b, row in enumerate(rows):
+        p, t = len(row["prompt_ids"]), resp_lens[b]
+        if p < 1:
+            raise ValueError(f"row {b} has an empty prompt; a response token needs at least one prompt token before it")
+        ids.append(np.concatenate([np.asarray(row["prompt_ids"]), np.asarray(row["response_ids"])]).astype(np.int64))
+        positions.append(np.arange(p + t))
+        response_ids[b, :t] = torch.from_numpy(ids[-1][p:])
+        response_mask[b, :t] = 1.0
+        logit_index[b, :t] = torch.arange(offset + p - 1, offset + p + t - 1)
+        offset += p + t
+    return MicroBatch(
+        input_ids=torch.from_numpy(np.concatenate(ids))[None],
+        attention_mask=None,
+        position_ids=torch.from_numpy(np.concatenate(positions))[None],
+        logit_index=logit_index,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        response_lengths=resp_lens,
+        packed=True,
     )

@@ -11,7 +11,7 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from memrl import process, rendezvous
-from memrl.learner.batching import MicroBatch, Row, check_rows, make_micro_batches, pad_rows, row_length
+from memrl.learner.batching import (MicroBatch, Row, check_rows, make_micro_batches, pack_rows, pad_rows,
+                                   row_length)
 from memrl.learner.learner_config import LearnerConfig, deepspeed_config, lr_factor
 from memrl.learner.losses import LossConfig, compute_loss, value_loss
 from memrl.weight_sync import TensorMeta, init_group, plan_buckets, send_bucket
@@ -304,18 +305,25 @@ class Learner:
             raise ValueError(f"compute_values needs a critic (head='value'); this one has head={self.config.head!r}")
         return [values for (values,) in self._score(self.engine, rows, lambda mb, out: (mb.values(out),))]
 
+    def _micro_batches(self, rows: Sequence[Row]) -> tuple[list[list[int]], Callable[[Sequence[Row]], MicroBatch]]:
+        """The micro-batches of `rows` (indices) and how each is laid out: packed without padding when the learners
+        ask for it (padding_free) and no row is a token tree, else padded."""
+        packed = self.config.learners.padding_free and not any("parents" in r for r in rows)
+        batches = make_micro_batches([row_length(r) for r in rows], self.config.learners.token_budget, packed=packed)
+        return batches, pack_rows if packed else pad_rows
+
     def _score(self, engine, rows: Sequence[Row], read) -> list[tuple[np.ndarray, ...]]:
         """Forward every micro-batch without gradients; `read(mb, logits)` gives [B, T] tensors, cut per row."""
         check_rows(rows)
         engine.eval()
-        batches = make_micro_batches([row_length(r) for r in rows], self.config.learners.token_budget)
+        batches, layout = self._micro_batches(rows)
         results: list[tuple[np.ndarray, ...] | None] = [None] * len(rows)
         with torch.no_grad():
             for i in range(self._max_over_ranks(len(batches))):
                 if i >= len(batches):
                     self._forward(engine, self._dummy_batch())
                     continue
-                mb = pad_rows([rows[j] for j in batches[i]]).to(self.device)
+                mb = layout([rows[j] for j in batches[i]]).to(self.device)
                 logits = self._forward(engine, mb)
                 per_row = zip(*(mb.split(t) for t in read(mb, logits)))
                 for j, values in zip(batches[i], per_row):
@@ -341,14 +349,14 @@ class Learner:
         start = time.perf_counter()
         has_ref = check_train_rows(rows, self.config.head, loss_config)
         corrected = self.config.head == "lm" and loss_config.off_policy_correction != "none"
-        batches = make_micro_batches([row_length(r) for r in rows], self.config.learners.token_budget)
+        batches, layout = self._micro_batches(rows)
         num_passes = self._max_over_ranks(len(batches))
         self.engine.train()
         sums: dict[str, float] = {"loss": 0.0, "tokens": 0.0}
         for i in range(num_passes):
             if i < len(batches):
                 mb_rows = [rows[j] for j in batches[i]]
-                mb = pad_rows(mb_rows).to(self.device)
+                mb = layout(mb_rows).to(self.device)
                 logits = self._forward(self.engine, mb)
                 mask = (mb.response_values(mb_rows, "loss_mask").to(self.device) > 0).float() * mb.response_mask
                 if self.config.head == "value":

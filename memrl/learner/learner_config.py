@@ -98,7 +98,13 @@ class LearnersConfig:
     """Ray custom resources each learner reserves, which places learners on the nodes that offer them: e.g.
     {"learner_node": 1} with those nodes started `ray start --resources='{"learner_node": 8}'`."""
     token_budget: int = 8192
-    """Most padded tokens (rows x longest row) in one forward pass."""
+    """Most tokens in one forward pass: padded tokens (rows x longest row), or with padding_free the rows' own."""
+    padding_free: bool = False
+    """Pack each micro-batch's rows one after another into a single row, with no padding (memrl.learner.batching
+    .pack_rows): the forward pass computes only real tokens. Exact under every attn_implementation; under
+    flash_attention_2 the rows run as variable-length sequences with no mask, while under sdpa and eager transformers
+    builds a block-causal [S, S] mask over the packed row (token_budget squared bytes and more; the memory plan
+    counts it). Stitched trajectories (token trees) keep their masks and stay padded."""
     dtype: str = "float32"
     """Parameter dtype: "float32" (CPU) or "bfloat16" (GPUs; DeepSpeed keeps float32 master weights)."""
     zero_stage: int = 3
@@ -133,9 +139,9 @@ class LearnersConfig:
                              f"num_learners >= 1)")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"learners.dtype={self.dtype!r} is not allowed; it must be one of {DTYPE_NAMES}")
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise ValueError(f"learners.gradient_checkpointing={self.gradient_checkpointing!r} is not allowed; it must "
-                             "be True or False")
+        for name in ("gradient_checkpointing", "padding_free"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"learners.{name}={getattr(self, name)!r} is not allowed; it must be True or False")
         if self.zero_stage not in (1, 2, 3):
             raise ValueError(f"learners.zero_stage={self.zero_stage!r} is not allowed; it must be 1, 2 or 3")
         _at_least("learners.param_persistence_threshold", self.param_persistence_threshold, 0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from memrl.learner.batching import make_micro_batches, pad_rows
+from memrl.learner.batching import make_micro_batches, pack_rows, pad_rows
 from memrl.learner.learner_group import split_rows
 
 
@@ -38,10 +38,24 @@ def test_micro_batches_are_deterministic_and_pack_longest_first():
     assert make_micro_batches(lengths, 18) == [[1, 3], [0, 2, 4]]
 
 
+def test_packed_micro_batches_hold_at_most_the_budget_in_real_tokens_first_fit_decreasing():
+    lengths = [3, 9, 3, 9, 2, 7]
+    # Longest first, each into the first micro-batch with room: 9+9, then 7+3+3+2 = 15 (padded, 7 x 4 = 28 > 18).
+    assert make_micro_batches(lengths, 18, packed=True) == [[1, 3], [0, 2, 4, 5]]
+    assert make_micro_batches([5, 50, 4, 3], 12, packed=True) == [[1], [0, 2, 3]]  # too long: a batch of its own
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 60, size=200).tolist()
+    batches = make_micro_batches(lengths, 100, packed=True)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in b) <= 100 for b in batches)
+    assert len(batches) < len(make_micro_batches(lengths, 100))  # no padding: fewer passes for the same rows
+
+
 @pytest.mark.parametrize("lengths, budget, match", [([3], 0, "token_budget"), ([3, 0], 8, "row 1")])
-def test_micro_batches_reject_bad_input(lengths, budget, match):
+@pytest.mark.parametrize("packed", [False, True])
+def test_micro_batches_reject_bad_input(lengths, budget, match, packed):
     with pytest.raises(ValueError, match=match):
-        make_micro_batches(lengths, budget)
+        make_micro_batches(lengths, budget, packed=packed)
 
 
 def test_split_rows_balances_tokens_deterministically():
@@ -137,3 +151,53 @@ def test_output_layer_sees_only_what_predicts_a_response_token(tiny_checkpoint):
         mb.logprobs_and_entropy(response_logits)[0].sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
+
+def test_pack_rows_lays_rows_end_to_end_with_positions_from_zero_in_each():
+    mb = pack_rows([_row([5, 6, 7], [8, 9]), _row([4], [3, 2, 1])])
+    assert mb.packed and mb.attention_mask is None
+    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9, 4, 3, 2, 1]]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    # Each response token is predicted from the position before it, counted in the packed row.
+    assert mb.logit_index.tolist() == [[2, 3, 0], [5, 6, 7]]
+    assert mb.response_ids.tolist() == [[8, 9, 0], [3, 2, 1]] and mb.response_lengths == [2, 3]
+    assert mb.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    hidden = torch.arange(9.0)[None, :, None]
+    assert mb.at_response(hidden)[..., 0].tolist() == [[2, 3, 0], [5, 6, 7]]
+    with pytest.raises(ValueError, match="empty prompt"):
+        pack_rows([_row([], [1])])
+    with pytest.raises(ValueError, match="at least one row"):
+        pack_rows([])
+    with pytest.raises(ValueError, match="token trees"):
+        pack_rows([_row([1, 2], [3], parents=np.array([-1, 0, 1]))])
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_rows_score_and_train_as_padded_rows(tiny_checkpoint, attention):
+    """Packing changes which tokens the forward pass computes, not what any row's tokens see: every response token's
+    logprob and entropy, and the gradient they give, equal the padded batch's."""
+    from transformers import AutoModelForCausalLM
+
+    rng = np.random.default_rng(1)
+    rows = [_row(rng.integers(3, 300, p), rng.integers(3, 300, t)) for p, t in ((7, 5), (2, 9), (12, 1), (1, 4))]
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32, attn_implementation=attention)
+    figures, grads = [], []
+    for mb in (pad_rows(rows), pack_rows(rows)):
+        model.zero_grad()
+        with mb.head_sees_responses(model):
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids,
+                           use_cache=False).logits
+        logprobs, entropy = mb.logprobs_and_entropy(logits)
+        (logprobs.sum() + 0.1 * entropy.sum()).backward()
+        figures.append((mb.split(logprobs), mb.split(entropy)))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    for padded, packed in zip(*figures):
+        for a, b in zip(padded, packed, strict=True):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    # Without the restart of positions the rows would see each other: the check above can fail.
+    mb = pack_rows(rows)
+    with mb.head_sees_responses(model):
+        leaked = model(input_ids=mb.input_ids, position_ids=torch.arange(mb.input_ids.shape[1])[None]).logits
+    assert np.abs(mb.split(mb.logprobs_and_entropy(leaked)[0])[1] - figures[0][0][1]).max() > 1e-3

@@ -1,6 +1,6 @@
 """MEM1's WebShop table in shape (paper, Table 2): reward and cost of MEM1 against the ReAct baselines.
 
-    python tuned_examples/analyses/webshop_eval.py  # the warm-starts, and mem1_webshop_ppo.py's RL policies where trained
+    python tuned_examples/analyses/webshop_eval.py  # the warm-starts, and the RL policies of mem1_webshop_ppo.py
     python tuned_examples/analyses/webshop_eval.py --policy MEM1=runs/mem1_webshop_ppo/model:webshop_mem1 --num-tasks
     200
 
