@@ -46,7 +46,11 @@ def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> P
     come, and its prefix cache then holds the shared task prompt's blocks from one runner's batch or another's, whose
     last bits differ: runs would not repeat), 2 + 2 ZeRO-3 learners. MEM1 trains one row per call: its calls share
     no prefix beyond the short task prompt, so stitching them saves nothing and its tree attention mask made the
-    learner step three times slower here; ReAct's calls share their whole history, which stitching trains once."""
+    learner step three times slower here; ReAct's calls share their whole history, which stitching trains once.
+    Truncated ReAct trains one row per call as MEM1 does: once its window fills, each call's context starts at
+    another turn, so its calls share little beyond the task prompt (stitched, the window's sliding turns made a
+    tree the learner took several minutes an iteration over). Stitched or not, each response token gets the same
+    context, advantage and return (memrl.learner.advantages.token_advantages): only the cost differs."""
     model = str(model or warm_start(workflow))
     return (PPOConfig()
             .environment("memrl/WebShop-v0", env_config=env_config("train"))
@@ -56,7 +60,7 @@ def config(model: str | Path | None = None, workflow: str = "webshop_mem1") -> P
                          temperature=0.7)
             .learners(model_path=model, num_learners=2, token_budget=32768)
             .training(lr=5e-5, critic_lr=1e-4, critic_warmup_iterations=2, tasks_per_iteration=32,
-                      num_minibatches=4, stitch_trajectories=workflow != "webshop_mem1", use_rollout_logprobs=False,
+                      num_minibatches=4, stitch_trajectories=workflow == "webshop_react", use_rollout_logprobs=False,
                       tempered_logprobs=True)
             .evaluation(**HELDOUT, evaluation_env_config={"split": "test"})
             .debugging(seed=0, wandb_project="memrl-mem1-webshop"))

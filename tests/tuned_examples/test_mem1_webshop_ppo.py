@@ -80,10 +80,11 @@ def test_paper_preset_sized_for_gpus_on_the_original_files():
     # The same budget and settings; only how rows are built differs (ReAct's calls share their history).
     assert react.training_cfg.stitch_trajectories and not mem1.stitch_trajectories
     assert dataclasses.replace(react.training_cfg, stitch_trajectories=False) == mem1
-    # Truncated ReAct: ReAct's warm-start and training, its context cut to the window.
+    # Truncated ReAct: ReAct's warm-start, MEM1's training (one row per call: its windows share little), its context
+    # cut to the window.
     truncated = mem1_webshop_ppo.config(workflow="webshop_react_truncated")
     assert truncated.learners_cfg.model_path == react.learners_cfg.model_path
-    assert truncated.training_cfg == react.training_cfg
+    assert truncated.training_cfg == mem1
     assert truncated.env_runners_cfg.workflow_config == workflow_config("webshop_react_truncated")
 
 
